@@ -1,0 +1,31 @@
+"""Health, readiness and metrics: the endpoints a load balancer and Prometheus call."""
+
+from __future__ import annotations
+
+from django.db import connection
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from config.gauges import refresh_gauges
+
+
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"status": "ok"})
+
+
+@require_GET
+def readyz(request: HttpRequest) -> JsonResponse:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except Exception:  # noqa: BLE001 - any database failure means not ready
+        return JsonResponse({"status": "unavailable", "database": "unreachable"}, status=503)
+    return JsonResponse({"status": "ready", "database": "ok"})
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    refresh_gauges()
+    return HttpResponse(generate_latest(), content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from ledger import auth, transitions
+from ledger.models import AgentCredential, Operation, OperationEvent
+
+
+@admin.register(AgentCredential)
+class AgentCredentialAdmin(admin.ModelAdmin):
+    list_display = ["name", "token_prefix", "allowed_tools", "is_active", "created_at",
+                    "last_used_at"]
+    list_filter = ["is_active"]
+    search_fields = ["name", "token_prefix"]
+    readonly_fields = ["token_prefix", "token_hash", "created_at", "last_used_at", "revoked_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        # Tokens are minted by `manage.py create_agent`, which shows the raw token once.
+        return False
+
+    @admin.action(description="Revoke selected credentials")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[AgentCredential]) -> None:
+        for agent in queryset:
+            auth.agent_revoke(agent=agent)
+        self.message_user(request, f"Revoked {queryset.count()} credential(s).")
+
+
+class OperationEventInline(admin.TabularInline):
+    model = OperationEvent
+    extra = 0
+    can_delete = False
+    fields = ["created_at", "from_status", "to_status", "actor", "fencing_token", "reason", "data"]
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(Operation)
+class OperationAdmin(admin.ModelAdmin):
+    list_display = ["operation_id", "tool", "status", "provider", "value_display", "subject",
+                    "agent", "attempts", "created_at"]
+    list_filter = ["status", "tool", "provider"]
+    search_fields = ["operation_id", "run_id", "subject", "customer_ref", "provider_request_id"]
+    list_select_related = ["agent"]
+    date_hierarchy = "created_at"
+    inlines = [OperationEventInline]
+    actions = ["expire_leases"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: object = None) -> list[str]:
+        # Nothing about an operation is edited by hand: status moves only through transitions.
+        return [f.name for f in Operation._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    @admin.action(description="Mark in-flight rows with an expired lease as unknown")
+    def expire_leases(self, request: HttpRequest, queryset: QuerySet[Operation]) -> None:
+        moved = 0
+        for operation in queryset.filter(status=Operation.Status.IN_FLIGHT):
+            if transitions.operation_expire_lease(operation=operation).status == "unknown":
+                moved += 1
+        self.message_user(request, f"{moved} operation(s) moved to unknown.", messages.INFO)
+
+
+@admin.register(OperationEvent)
+class OperationEventAdmin(admin.ModelAdmin):
+    list_display = ["operation", "from_status", "to_status", "actor", "fencing_token", "reason",
+                    "created_at"]
+    list_filter = ["to_status", "reason"]
+    search_fields = ["operation__operation_id", "operation__run_id", "actor"]
+    list_select_related = ["operation"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: object = None) -> list[str]:
+        return [f.name for f in OperationEvent._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False

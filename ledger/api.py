@@ -1,0 +1,124 @@
+"""The agents' REST API (DESIGN §6.1). One view per operation; the executor does the work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ledger import executor, selectors
+from ledger.api_support import problem
+from ledger.models import Operation
+from ledger.serializers import OperationSerializer, OperationSubmitSerializer
+from ledger.tasks import execute_operation
+
+
+def _resource(operation: Operation, request: Request, *, status_code: int,
+              headers: dict[str, str] | None = None) -> Response:
+    body = OperationSerializer(operation, context={"request": request}).data
+    response = Response(body, status=status_code, headers=headers or {})
+    return response
+
+
+def _pending_headers(operation: Operation, request: Request) -> dict[str, str]:
+    return {
+        "Location": request.build_absolute_uri(
+            f"/api/v1/operations/{operation.operation_id}"
+        ),
+        "Retry-After": str(settings.LEDGER_RETRY_AFTER_SECONDS),
+    }
+
+
+class OperationSubmitApi(APIView):
+    @extend_schema(
+        request=OperationSubmitSerializer,
+        responses={
+            201: OperationSerializer,
+            200: OpenApiResponse(OperationSerializer, "Replay of a terminal operation."),
+            202: OpenApiResponse(OperationSerializer, "Not terminal yet; poll Location."),
+            400: OpenApiResponse(description="Invalid body, operation ID or params."),
+            401: OpenApiResponse(description="No or bad credential."),
+            403: OpenApiResponse(description="Tool not allowed for this agent."),
+            422: OpenApiResponse(description="Same operation ID, different intent params."),
+            429: OpenApiResponse(description="Throttled."),
+        },
+        summary="Submit an intent under a stable operation ID",
+    )
+    def post(self, request: Request) -> Response:
+        serializer = OperationSubmitSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data: dict[str, Any] = serializer.validated_data
+        try:
+            submission = executor.submit(
+                agent=request.user,
+                operation_id=data["operation_id"],
+                tool_name=data["tool"],
+                params=request.data.get("params"),
+                run_id=data["run_id"],
+                tool_call_id=data["tool_call_id"],
+                customer_ref=data["customer_ref"],
+                execute=data["execution"] == "sync",
+            )
+        except executor.InvalidSubmission as exc:
+            return problem(400, title="Invalid request", detail="The request is invalid.",
+                           code="invalid", extra={"errors": exc.errors})
+        except executor.ToolNotAllowed as exc:
+            return problem(403, title="Tool not allowed", detail=str(exc),
+                           code="tool_not_allowed")
+        except executor.ParamsConflict as exc:
+            return problem(
+                422, title="Operation ID reused with different intent", code="params_conflict",
+                detail=(
+                    "This operation ID already names a different intent. Nothing was changed. "
+                    "Use the stored intent, or a new version of the operation ID for a new one."
+                ),
+                extra={"differences": exc.differences},
+            )
+        if (submission.disposition is executor.Disposition.CREATED
+                and submission.operation.status == Operation.Status.PREPARED):
+            pk = submission.operation.pk
+            transaction.on_commit(lambda: execute_operation.delay(pk))
+        return self._respond(submission, request)
+
+    def _respond(self, submission: executor.Submission, request: Request) -> Response:
+        operation = submission.operation
+        if submission.disposition is executor.Disposition.REPLAYED:
+            return _resource(operation, request, status_code=status.HTTP_200_OK,
+                             headers={"Idempotent-Replayed": "true"})
+        if operation.is_terminal:
+            return _resource(operation, request, status_code=status.HTTP_201_CREATED)
+        return _resource(operation, request, status_code=status.HTTP_202_ACCEPTED,
+                         headers=_pending_headers(operation, request))
+
+
+class OperationDetailApi(APIView):
+    @extend_schema(responses={200: OperationSerializer}, summary="Read one operation")
+    def get(self, request: Request, operation_id: str) -> Response:
+        operation = selectors.operation_get_for_agent(agent=request.user,
+                                                      operation_id=operation_id)
+        if operation is None:
+            return problem(404, title="Not found", detail="No such operation.", code="not_found")
+        headers = {} if operation.is_terminal else {
+            "Retry-After": str(settings.LEDGER_RETRY_AFTER_SECONDS)}
+        return _resource(operation, request, status_code=200, headers=headers)
+
+
+class RunOperationsApi(APIView):
+    @extend_schema(summary="A run's operations in order, and the first unresolved one")
+    def get(self, request: Request, run_id: str) -> Response:
+        operations = list(selectors.operation_list_for_run(agent=request.user, run_id=run_id))
+        first_unresolved = next((op for op in operations if not op.is_terminal), None)
+        context = {"request": request}
+        return Response({
+            "run_id": run_id,
+            "count": len(operations),
+            "operations": OperationSerializer(operations, many=True, context=context).data,
+            "first_unresolved": OperationSerializer(first_unresolved, context=context).data
+            if first_unresolved else None,
+        })

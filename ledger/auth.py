@@ -1,0 +1,88 @@
+"""Bearer tokens per agent: `al_<prefix>_<secret>`, stored as SHA-256, shown once."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import secrets
+from collections.abc import Iterable
+
+from django.utils import timezone
+from rest_framework import authentication, exceptions, permissions, throttling
+from rest_framework.request import Request
+
+from ledger.models import AgentCredential
+
+TOKEN_PREFIX_LENGTH = 8
+# Writing last_used_at on every request would turn every replay into a write.
+LAST_USED_RESOLUTION = dt.timedelta(minutes=1)
+
+
+def hash_token(raw: str) -> str:
+    # Tokens carry 256 bits of entropy, so a fast hash is enough (no dictionary to attack).
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def agent_create(*, name: str, tools: Iterable[str]) -> tuple[AgentCredential, str]:
+    """Create a credential; the raw token is returned once and never stored."""
+    prefix = secrets.token_hex(TOKEN_PREFIX_LENGTH // 2)
+    raw = f"al_{prefix}_{secrets.token_urlsafe(32)}"
+    agent = AgentCredential.objects.create(
+        name=name, token_prefix=prefix, token_hash=hash_token(raw), allowed_tools=sorted(tools)
+    )
+    return agent, raw
+
+
+def agent_revoke(*, agent: AgentCredential) -> None:
+    agent.is_active = False
+    agent.revoked_at = timezone.now()
+    agent.save(update_fields=["is_active", "revoked_at"])
+
+
+def agent_for_token(raw: str) -> AgentCredential | None:
+    parts = raw.split("_")
+    if len(parts) < 3 or parts[0] != "al" or len(parts[1]) != TOKEN_PREFIX_LENGTH:
+        return None
+    agent = AgentCredential.objects.filter(token_prefix=parts[1], is_active=True).first()
+    if agent is None or not hmac.compare_digest(agent.token_hash, hash_token(raw)):
+        return None
+    now = timezone.now()
+    if agent.last_used_at is None or now - agent.last_used_at > LAST_USED_RESOLUTION:
+        AgentCredential.objects.filter(pk=agent.pk).update(last_used_at=now)
+        agent.last_used_at = now
+    return agent
+
+
+class AgentTokenAuthentication(authentication.BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request: Request) -> tuple[AgentCredential, str] | None:
+        header = authentication.get_authorization_header(request).decode("latin-1")
+        if not header:
+            return None
+        scheme, _, raw = header.partition(" ")
+        if scheme != self.keyword or not raw.strip():
+            raise exceptions.AuthenticationFailed("Use 'Authorization: Bearer <agent token>'.")
+        agent = agent_for_token(raw.strip())
+        if agent is None:
+            # Never echo the token back, not even in part.
+            raise exceptions.AuthenticationFailed("Invalid or revoked agent token.")
+        return agent, raw
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="agent-ledger"'
+
+
+class IsAgent(permissions.BasePermission):
+    def has_permission(self, request: Request, view: object) -> bool:
+        return isinstance(request.user, AgentCredential)
+
+
+class AgentRateThrottle(throttling.SimpleRateThrottle):
+    scope = "agent"
+
+    def get_cache_key(self, request: Request, view: object) -> str | None:
+        if isinstance(request.user, AgentCredential):
+            return self.cache_format % {"scope": self.scope, "ident": request.user.pk}
+        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}

@@ -1,0 +1,65 @@
+"""Canonical JSON and the params hash (RFC 8785 in spirit, stricter on numbers).
+
+Money is integers in minor units. A float anywhere in hashed data is refused rather than
+rounded: two agents that mean the same refund must produce the same bytes, and 12.10 vs 12.1
+is exactly the kind of difference a float hides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import unicodedata
+from collections.abc import Mapping
+from typing import Any
+
+
+class CanonicalizationError(ValueError):
+    pass
+
+
+def _normalise(value: Any, path: str) -> Any:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        return unicodedata.normalize("NFC", value)
+    if isinstance(value, Mapping):
+        normalised: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise CanonicalizationError(f"{path}: object keys must be strings")
+            nfc_key = unicodedata.normalize("NFC", key)
+            if nfc_key in normalised:
+                raise CanonicalizationError(f"{path}: duplicate key {nfc_key!r} after NFC")
+            normalised[nfc_key] = _normalise(item, f"{path}.{nfc_key}")
+        return normalised
+    if isinstance(value, list | tuple):
+        return [_normalise(item, f"{path}[{index}]") for index, item in enumerate(value)]
+    # float, Decimal, NaN, Infinity and everything else.
+    raise CanonicalizationError(
+        f"{path}: {type(value).__name__} is not allowed; use integers (minor units) or strings"
+    )
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(
+        _normalise(value, "$"),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    )
+
+
+def params_hash(tool_name: str, intent: Mapping[str, Any]) -> str:
+    payload = canonical_json({"tool": tool_name, "intent": dict(intent)})
+    return "sha256:" + hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def provider_idempotency_key(*, operation_id: str, params_hash: str) -> str:
+    # Derived from the stored row, never random: every retry, process and worker that sends this
+    # operation sends the same key. A new version of the intent (…:v2) gets a new key.
+    digest = hashlib.sha256(f"agent-ledger:v1\n{operation_id}\n{params_hash}".encode()).hexdigest()
+    return f"al_{digest[:40]}"

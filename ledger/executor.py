@@ -1,0 +1,275 @@
+"""The executor: DESIGN §4.3, in that order.
+
+1 validate → 2 create-or-read → 3 params conflict → 4 replay terminal → 5 report pending →
+6 claim → 7 send outside any transaction → 8 persist the outcome with the fencing token.
+A fresh action costs two commits (record+claim, outcome) besides the provider call.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from ledger import metrics, selectors, transitions
+from ledger.canonical import CanonicalizationError, params_hash, provider_idempotency_key
+from ledger.identity import validate_operation_id
+from ledger.models import AgentCredential, Operation
+from ledger.providers import get_adapter
+from ledger.providers.base import Confirmed, NotSent, Rejected, SendOutcome, Unknown
+from ledger.tools import Tool, UnknownTool, get_tool
+
+logger = logging.getLogger(__name__)
+S = Operation.Status
+
+
+class SubmissionError(Exception):
+    """Refused before anything was written."""
+
+
+class InvalidSubmission(SubmissionError):
+    def __init__(self, errors: Mapping[str, str]) -> None:
+        super().__init__("invalid submission")
+        self.errors = dict(errors)
+
+
+class ToolNotAllowed(SubmissionError):
+    def __init__(self, tool: str) -> None:
+        super().__init__(f"this agent may not use the tool {tool!r}")
+        self.tool = tool
+
+
+class ParamsConflict(SubmissionError):
+    def __init__(self, operation: Operation, differences: dict[str, dict[str, Any]]) -> None:
+        super().__init__("operation ID already used with different intent params")
+        self.operation = operation
+        self.differences = differences
+
+
+class Disposition(enum.StrEnum):
+    CREATED = "created"  # this call recorded the intent (and sent it)
+    REPLAYED = "replayed"  # a terminal operation, returned as stored
+    PENDING = "pending"  # not terminal yet: in flight, unknown, or waiting to be sent
+
+
+@dataclass(frozen=True)
+class Submission:
+    operation: Operation
+    disposition: Disposition
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _validated(tool_name: str, params: Any, agent: AgentCredential) -> tuple[Tool, dict[str, Any]]:
+    try:
+        tool = get_tool(tool_name)
+    except UnknownTool:
+        raise InvalidSubmission({"tool": f"unknown tool {tool_name!r}"}) from None
+    if not agent.may_use(tool.name):
+        raise ToolNotAllowed(tool.name)
+    errors = tool.validate(params)
+    if errors:
+        raise InvalidSubmission({f"params.{k}": v for k, v in errors.items()})
+    return tool, dict(params)
+
+
+def _row_values(
+    *, tool: Tool, operation_id: str, params: dict[str, Any], run_id: str, tool_call_id: str,
+    customer_ref: str,
+) -> dict[str, Any]:
+    intent = tool.intent(params)
+    try:
+        digest = params_hash(tool.name, intent)
+    except CanonicalizationError as exc:
+        raise InvalidSubmission({"params": str(exc)}) from None
+    value = tool.value(params)
+    return {
+        "operation_id": operation_id,
+        "run_id": run_id,
+        "tool_call_ids": [tool_call_id] if tool_call_id else [],
+        "tool": tool.name,
+        "tool_version": tool.version,
+        "provider": tool.provider,
+        "intent_params": intent,
+        "params": tool.redacted(params),
+        "params_hash": digest,
+        "idempotency_key": provider_idempotency_key(operation_id=operation_id, params_hash=digest),
+        "value_amount": value[0] if value else None,
+        "value_currency": value[1] if value else "",
+        "subject": tool.subject(params)[:200],
+        "customer_ref": customer_ref,
+    }
+
+
+def submit(
+    *,
+    agent: AgentCredential,
+    operation_id: str,
+    tool_name: str,
+    params: Any,
+    run_id: str = "",
+    tool_call_id: str = "",
+    customer_ref: str = "",
+    execute: bool = True,
+) -> Submission:
+    """Record an intent under its operation ID and (unless `execute` is False) send it once."""
+    try:
+        validate_operation_id(operation_id)
+    except ValueError as exc:
+        raise InvalidSubmission({"operation_id": str(exc)}) from None
+    tool, params = _validated(tool_name, params, agent)
+    values = _row_values(tool=tool, operation_id=operation_id, params=params, run_id=run_id,
+                         tool_call_id=tool_call_id, customer_ref=customer_ref)
+    existing = selectors.operation_lookup(operation_id)
+    if existing is not None:
+        # The common retry path: one indexed read, no write.
+        return _resubmitted(existing, values=values, tool=tool, agent=agent,
+                            tool_call_id=tool_call_id, execute=execute)
+    worker = worker_name()
+    if execute:
+        operation, claim = transitions.operation_record_and_claim(
+            agent=agent, values=values, worker=worker, lease_seconds=tool.lease_seconds)
+        if claim is not None:
+            return Submission(send_claimed(claim, tool=tool), Disposition.CREATED)
+    else:
+        operation, created = transitions.operation_record(agent=agent, values=values)
+        if created:
+            return Submission(operation, Disposition.CREATED)
+    return _resubmitted(operation, values=values, tool=tool, agent=agent,
+                        tool_call_id=tool_call_id, execute=execute)
+
+
+def _resubmitted(
+    operation: Operation, *, values: Mapping[str, Any], tool: Tool, agent: AgentCredential,
+    tool_call_id: str, execute: bool,
+) -> Submission:
+    if operation.agent_id != agent.pk or operation.params_hash != values["params_hash"]:
+        # Another agent's ID is reported as a conflict too, without showing its params.
+        metrics.CONFLICTS.labels(tool.name).inc()
+        raise ParamsConflict(operation, _differences(operation, values, agent))
+    if tool_call_id and tool_call_id not in operation.tool_call_ids:
+        transitions.operation_note_tool_call(
+            operation=operation, tool_call_id=tool_call_id, actor=f"agent:{agent.name}")
+    if execute and operation.status == S.PREPARED:
+        # Recorded earlier but not sent (a refused connection, or queued for a worker): the
+        # claim decides who sends, so this caller may try.
+        sent = execute_prepared(operation)
+        return _existing(sent, tool) if sent.is_terminal else Submission(sent, Disposition.PENDING)
+    return _existing(operation, tool)
+
+
+def _existing(operation: Operation, tool: Tool) -> Submission:
+    if operation.is_terminal:
+        metrics.REPLAYS.labels(tool.name).inc()
+        return Submission(operation, Disposition.REPLAYED)
+    if operation.status == S.IN_FLIGHT:
+        operation = transitions.operation_expire_lease(operation=operation)
+    return Submission(operation, Disposition.PENDING)
+
+
+def _differences(
+    operation: Operation, values: Mapping[str, Any], agent: AgentCredential
+) -> dict[str, dict[str, Any]]:
+    if operation.agent_id != agent.pk:
+        return {"operation_id": {"detail": "already used by another agent"}}
+    stored, submitted = operation.intent_params, values["intent_params"]
+    names = sorted(set(stored) | set(submitted))
+    diff = {
+        name: {"stored": stored.get(name), "submitted": submitted.get(name)}
+        for name in names
+        if stored.get(name) != submitted.get(name)
+    }
+    if operation.tool != values["tool"]:
+        diff["tool"] = {"stored": operation.tool, "submitted": values["tool"]}
+    return diff or {"params": {"detail": "canonical form differs (unicode normalisation)"}}
+
+
+def execute_prepared(operation: Operation) -> Operation:
+    """Claim a prepared operation and send it; the loser of a claim race returns the row."""
+    tool = get_tool(operation.tool)
+    claim = transitions.operation_claim(operation, worker=worker_name(),
+                                        lease_seconds=tool.lease_seconds)
+    if claim is None:
+        return Operation.objects.get(pk=operation.pk)
+    return send_claimed(claim, tool=tool)
+
+
+def request_timeout(tool: Tool) -> float:
+    return float(settings.LEDGER_PROVIDER_TIMEOUT_SECONDS or tool.request_timeout)
+
+
+def send_claimed(claim: transitions.Claim, *, tool: Tool, actor: str = "") -> Operation:
+    """Steps 7 and 8: send with the stored key outside any transaction, then persist."""
+    operation = claim.operation
+    adapter = get_adapter(operation.provider)
+    outcome = adapter.send(operation, key=operation.idempotency_key, timeout=request_timeout(tool))
+    return persist_outcome(claim, outcome, actor=actor or f"worker:{worker_name()}")
+
+
+def persist_outcome(claim: transitions.Claim, outcome: SendOutcome, *, actor: str) -> Operation:
+    operation, token = claim.operation, claim.fencing_token
+    try:
+        result = _apply(operation, token, outcome, actor)
+    except transitions.StaleFencingToken:
+        transitions.operation_record_stale_result(
+            operation=operation, fencing_token=token, outcome=type(outcome).__name__,
+            data=_evidence(outcome), actor=actor)
+        logger.warning("stale result kept as evidence operation_id=%s token=%s",
+                       operation.operation_id, token)
+        return Operation.objects.get(pk=operation.pk)
+    metrics.OPERATIONS.labels(operation.tool, result.status).inc()
+    return result
+
+
+def _apply(operation: Operation, token: int, outcome: SendOutcome, actor: str) -> Operation:
+    data = _evidence(outcome)
+    match outcome:
+        case Confirmed():
+            return transitions.operation_succeed(
+                operation=operation, fencing_token=token, result=outcome.result,
+                provider_request_id=outcome.provider_request_id, actor=actor,
+                reason="provider_confirmed", data=data)
+        case Rejected():
+            return transitions.operation_fail(
+                operation=operation, fencing_token=token, error_class=outcome.error_class,
+                actor=actor, reason="provider_rejected", data=data)
+        case NotSent():
+            return transitions.operation_release(
+                operation=operation, fencing_token=token, error_class=outcome.error_class,
+                actor=actor)
+        case Unknown():
+            return transitions.operation_mark_unknown(
+                operation=operation, fencing_token=token, error_class=outcome.error_class,
+                actor=actor, reason=_unknown_reason(outcome), data=data)
+    raise TypeError(f"unexpected outcome {outcome!r}")
+
+
+def _unknown_reason(outcome: Unknown) -> str:
+    error = outcome.error_class
+    if "Timeout" in error:
+        return "timeout_after_send"
+    if error.startswith("http_5"):
+        return "ambiguous_5xx"
+    if outcome.in_progress:
+        return "provider_in_progress"
+    if error.startswith("transport."):
+        return "connection_reset"
+    return "ambiguous_response"
+
+
+def _evidence(outcome: SendOutcome) -> dict[str, Any]:
+    data: dict[str, Any] = {"outcome": type(outcome).__name__, "at": timezone.now().isoformat()}
+    if isinstance(outcome, Confirmed):
+        data |= {"provider_request_id": outcome.provider_request_id, "replayed": outcome.replayed}
+    else:
+        data["error_class"] = outcome.error_class
+    return data

@@ -1,0 +1,94 @@
+"""One interface and one outcome vocabulary for every provider adapter.
+
+Adapters classify every exception themselves. The executor never inspects an exception: it
+only sees one of the outcomes below, and each outcome maps to exactly one ledger transition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ledger.models import Operation
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """The provider executed the action (or replayed the original execution)."""
+
+    result: dict[str, Any]
+    provider_request_id: str
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """The provider's contract says nothing happened, and repeating will not change that."""
+
+    error_class: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NotSent:
+    """The request provably never reached the provider (connect refused, DNS, pool timeout)."""
+
+    error_class: str
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """The request may have reached the provider and nobody can say what it did."""
+
+    error_class: str
+    in_progress: bool = False
+
+
+SendOutcome = Confirmed | Rejected | NotSent | Unknown
+
+
+@dataclass(frozen=True)
+class Found:
+    fields: dict[str, Any]
+    provider_request_id: str
+    status: str
+    matches: int = 1
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NotFound:
+    pass
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    error_class: str
+
+
+LookupOutcome = Found | NotFound | Unavailable
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    honours_idempotency_keys: bool
+    key_retention_seconds: int | None
+    lookup_by_request_id: bool
+    lookup_by_key: bool
+    lookup_by_reference: bool
+    lookup_consistency_seconds: float
+    authoritative_absence: bool
+
+    @property
+    def can_lookup(self) -> bool:
+        return self.lookup_by_request_id or self.lookup_by_key or self.lookup_by_reference
+
+
+class ProviderAdapter(Protocol):
+    name: str
+    capabilities: Capabilities
+
+    def send(self, operation: Operation, *, key: str, timeout: float) -> SendOutcome: ...
+
+    def lookup(self, operation: Operation, *, timeout: float) -> LookupOutcome: ...

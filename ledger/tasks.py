@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+from celery import shared_task
+
+from ledger import executor
+from ledger.models import Operation
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def execute_operation(operation_pk: int) -> str:
+    """Send an operation that was recorded for asynchronous execution. Safe to run twice: the
+    claim lets one worker send, and a non-prepared row is left alone."""
+    operation = Operation.objects.get(pk=operation_pk)
+    if operation.status != Operation.Status.PREPARED:
+        return operation.status
+    return executor.execute_prepared(operation).status

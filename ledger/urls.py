@@ -1,0 +1,14 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from ledger import api
+
+app_name = "api"
+
+urlpatterns = [
+    path("operations", api.OperationSubmitApi.as_view(), name="operation-submit"),
+    path("operations/<str:operation_id>", api.OperationDetailApi.as_view(),
+         name="operation-detail"),
+    path("runs/<str:run_id>/operations", api.RunOperationsApi.as_view(), name="run-operations"),
+]

@@ -1,0 +1,11 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class ReconciliationConfig(AppConfig):
+    name = "reconciliation"
+    verbose_name = "Reconciliation"
+
+    def ready(self) -> None:
+        from reconciliation import receivers  # noqa: F401

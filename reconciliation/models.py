@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from ledger.models import Operation
+
+
+class Case(models.Model):
+    """The work item that resolves one unknown operation."""
+
+    class State(models.TextChoices):
+        CHECKING = "checking", "Checking with the provider"
+        AWAITING_REVIEW = "awaiting_review", "Awaiting review"
+        RESOLVED = "resolved", "Resolved"
+
+    class OpenReason(models.TextChoices):
+        TIMEOUT_AFTER_SEND = "timeout_after_send", "Timeout after send"
+        CONNECTION_RESET = "connection_reset", "Connection reset"
+        AMBIGUOUS_5XX = "ambiguous_5xx", "Ambiguous 5xx"
+        LEASE_EXPIRED = "lease_expired", "Lease expired (worker died)"
+        PROVIDER_IN_PROGRESS = "provider_in_progress", "Provider still executing"
+        AMBIGUOUS_RESPONSE = "ambiguous_response", "Ambiguous response"
+
+    operation = models.OneToOneField(
+        Operation, on_delete=models.PROTECT, related_name="reconciliation_case"
+    )
+    state = models.CharField(max_length=20, choices=State.choices, default=State.CHECKING)
+    open_reason = models.CharField(max_length=32, choices=OpenReason.choices)
+    review_reason = models.CharField(max_length=32, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    next_check_at = models.DateTimeField(null=True, blank=True)
+    last_checked_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField()
+    strategies_tried = models.JSONField(default=list, blank=True)
+    resolution = models.CharField(max_length=32, blank=True)
+    resolved_by = models.CharField(max_length=200, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    flagged = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=["checking", "awaiting_review", "resolved"]),
+                name="case_state_valid",
+            ),
+        ]
+        indexes = [
+            # The case sweeper: due checking cases by next check time.
+            models.Index(fields=["next_check_at"], name="case_due_idx",
+                         condition=Q(state="checking")),
+            # The review queue.
+            models.Index(fields=["created_at"], name="case_review_idx",
+                         condition=Q(state="awaiting_review")),
+        ]
+
+    def __str__(self) -> str:
+        return f"case for {self.operation_id} ({self.state})"
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "open_reason": self.open_reason,
+            "review_reason": self.review_reason or None,
+            "attempts": self.attempts,
+            "last_checked_at": self.last_checked_at,
+            "next_check_at": self.next_check_at,
+            "resolution": self.resolution or None,
+        }
+
+
+class CaseEvent(models.Model):
+    case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="events")
+    from_state = models.CharField(max_length=20, blank=True)
+    to_state = models.CharField(max_length=20)
+    actor = models.CharField(max_length=200)
+    reason = models.CharField(max_length=64)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+
+class Evidence(models.Model):
+    """Every provider call or lookup made while resolving a case: what was asked, what came back."""
+
+    case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="evidence")
+    kind = models.CharField(max_length=32)  # lookup, resend, stale_result, staff_check
+    request = models.JSONField(default=dict, blank=True)
+    response = models.JSONField(default=dict, blank=True)
+    outcome = models.CharField(max_length=64)
+    actor = models.CharField(max_length=200)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
