@@ -39,7 +39,17 @@ class Case(models.Model):
     resolution = models.CharField(max_length=32, blank=True)
     resolved_by = models.CharField(max_length=200, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
+    # Contradicting evidence arrived after a person decided: flagged, never silently flipped.
     flagged = models.BooleanField(default=False)
+    # The review queue's SLA, and its sort key: soonest deadline, then highest value.
+    review_deadline_at = models.DateTimeField(null=True, blank=True)
+    value_amount = models.BigIntegerField(null=True, blank=True)
+    # An exclusive, expiring claim by one staff member; deciding requires holding it.
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+        related_name="claimed_cases",
+    )
+    claim_expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -55,8 +65,8 @@ class Case(models.Model):
             # The case sweeper: due checking cases by next check time.
             models.Index(fields=["next_check_at"], name="case_due_idx",
                          condition=Q(state="checking")),
-            # The review queue.
-            models.Index(fields=["created_at"], name="case_review_idx",
+            # The review queue: soonest review deadline, then highest value.
+            models.Index(fields=["review_deadline_at", "-value_amount"], name="case_review_idx",
                          condition=Q(state="awaiting_review")),
         ]
 
@@ -87,9 +97,13 @@ class CaseEvent(models.Model):
     class Meta:
         ordering = ["created_at", "id"]
 
+    def __str__(self) -> str:
+        return f"{self.case_id}: {self.from_state or '∅'} → {self.to_state} ({self.reason})"
+
 
 class Evidence(models.Model):
-    """Every provider call or lookup made while resolving a case: what was asked, what came back."""
+    """Every provider call or lookup made while resolving a case: what was asked, what came
+    back, when."""
 
     case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="evidence")
     kind = models.CharField(max_length=32)  # lookup, resend, stale_result, staff_check
@@ -104,3 +118,53 @@ class Evidence(models.Model):
 
     class Meta:
         ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} on case {self.case_id}: {self.outcome}"
+
+
+class Decision(models.Model):
+    """A staff member's decision on a case, bound to the params hash it was made on.
+
+    Below the four-eyes threshold one decision takes effect; at or above it a second, different
+    staff member must approve the same action before it does.
+    """
+
+    class Action(models.TextChoices):
+        CONFIRM = "confirm", "Confirm: it happened"
+        REJECT = "reject", "Reject: it did not happen"
+        RESEND = "resend", "Re-send with the same key"
+
+    class Status(models.TextChoices):
+        AWAITING_SECOND = "awaiting_second", "Awaiting second approval"
+        APPLIED = "applied", "Applied"
+        WITHDRAWN = "withdrawn", "Withdrawn"
+
+    case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="decisions")
+    action = models.CharField(max_length=16, choices=Action.choices)
+    status = models.CharField(max_length=16, choices=Status.choices)
+    reason_code = models.CharField(max_length=64)
+    note = models.TextField()
+    params_hash = models.CharField(max_length=71)
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
+                                   related_name="case_decisions")
+    approves = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT,
+                                 related_name="approvals")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(action__in=["confirm", "reject", "resend"]),
+                name="decision_action_valid",
+            ),
+            # Nobody approves twice: one live decision per person per case.
+            models.UniqueConstraint(
+                fields=["case", "decided_by"], condition=~Q(status="withdrawn"),
+                name="decision_one_per_person",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} on case {self.case_id} by {self.decided_by_id} ({self.status})"

@@ -121,7 +121,8 @@ class IdempotentHttpAdapter:
         else:
             outcome = classify_response(response)
         finally:
-            metrics.PROVIDER_LATENCY.labels(self.name, "send").observe(time.perf_counter() - started)
+            elapsed = time.perf_counter() - started
+            metrics.PROVIDER_LATENCY.labels(self.name, "send").observe(elapsed)
         logger.info(
             "provider send operation_id=%s provider=%s outcome=%s",
             operation.operation_id,
