@@ -55,6 +55,7 @@ class Case(models.Model):
 
     class Meta:
         ordering = ["created_at", "id"]
+        permissions = [("review_case", "Can work the reconciliation review queue")]
         constraints = [
             models.CheckConstraint(
                 condition=Q(state__in=["checking", "awaiting_review", "resolved"]),

@@ -41,6 +41,7 @@ class Migration(migrations.Migration):
             ],
             options={
                 'ordering': ['created_at', 'id'],
+                'permissions': [('review_case', 'Can work the reconciliation review queue')],
             },
         ),
         migrations.CreateModel(

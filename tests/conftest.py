@@ -1,0 +1,150 @@
+"""The cast: two agents, two reviewers, a staff member without the review permission, an
+outsider — and a real sandbox provider process per session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.db import connection
+from rest_framework.test import APIClient
+
+from ledger.auth import agent_create
+from ledger.models import AgentCredential
+from sandbox.testing import SandboxClient, SandboxServer
+
+ALL_TOOLS = ("refund", "send_email", "create_ticket")
+
+
+def on_postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+requires_postgres = pytest.mark.skipif(
+    os.environ.get("DATABASE_URL", "").split(":", 1)[0] not in {"postgres", "postgresql"},
+    reason="needs PostgreSQL (real row locks, SKIP LOCKED, concurrent writers)",
+)
+
+
+@pytest.fixture(scope="session")
+def sandbox_server() -> Iterator[SandboxServer]:
+    with SandboxServer(env={"SANDBOX_TIMEOUT_SLEEP_SECONDS": "2"}) as server:
+        yield server
+
+
+@pytest.fixture
+def sandbox(sandbox_server: SandboxServer, settings: Any) -> Iterator[SandboxClient]:
+    """The provider, wiped, with the ledger pointed at it and a short request timeout."""
+    settings.SANDBOX_URL = sandbox_server.url
+    settings.LEDGER_PROVIDER_TIMEOUT_SECONDS = 1.0
+    with SandboxClient(sandbox_server.url) as client:
+        client.reset()
+        yield client
+
+
+@pytest.fixture
+def refused_provider(settings: Any) -> str:
+    """A provider address where nothing listens: connections are refused, nothing is sent."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings.SANDBOX_URL = f"http://127.0.0.1:{port}"
+    return settings.SANDBOX_URL
+
+
+@pytest.fixture
+def make_agent(db: None) -> Callable[..., tuple[AgentCredential, str]]:
+    def make(name: str = "agent-1", tools: tuple[str, ...] = ALL_TOOLS) -> tuple[
+        AgentCredential, str
+    ]:
+        return agent_create(name=name, tools=tools)
+
+    return make
+
+
+@pytest.fixture
+def agent_and_token(make_agent: Callable[..., tuple[AgentCredential, str]]) -> tuple[
+    AgentCredential, str
+]:
+    return make_agent("agent-1")
+
+
+@pytest.fixture
+def agent(agent_and_token: tuple[AgentCredential, str]) -> AgentCredential:
+    return agent_and_token[0]
+
+
+@pytest.fixture
+def api(agent_and_token: tuple[AgentCredential, str]) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {agent_and_token[1]}")
+    return client
+
+
+@pytest.fixture
+def second_agent_api(make_agent: Callable[..., tuple[AgentCredential, str]]) -> APIClient:
+    _, token = make_agent("agent-2")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client
+
+
+def _staff(django_user_model: Any, username: str, *, review: bool) -> Any:
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user(
+        username=username, password="correct horse battery staple", is_staff=True
+    )
+    if review:
+        user.user_permissions.add(Permission.objects.get(codename="review_case"))
+    return user
+
+
+@pytest.fixture
+def reviewer(db: None, django_user_model: Any) -> Any:
+    return _staff(django_user_model, "reviewer-ann", review=True)
+
+
+@pytest.fixture
+def second_reviewer(db: None, django_user_model: Any) -> Any:
+    return _staff(django_user_model, "reviewer-bob", review=True)
+
+
+@pytest.fixture
+def staff_without_review(db: None, django_user_model: Any) -> Any:
+    return _staff(django_user_model, "staff-carol", review=False)
+
+
+@pytest.fixture
+def outsider(db: None, django_user_model: Any) -> Any:
+    return django_user_model.objects.create_user(username="outsider-dave", password="pw-12345678")
+
+
+def refund_params(**overrides: Any) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "invoice": "invoice-17",
+        "amount": 2500,
+        "currency": "EUR",
+        "payee": "cus_123",
+        "memo": "Refund for the damaged parcel",
+    }
+    params.update(overrides)
+    return params
+
+
+def submit_body(operation_id: str = "wf-81:invoice-17:refund-1:v1", **overrides: Any) -> dict[
+    str, Any
+]:
+    body: dict[str, Any] = {
+        "operation_id": operation_id,
+        "tool": "refund",
+        "params": refund_params(),
+        "run_id": "run-81",
+        "tool_call_id": "call_abc",
+    }
+    body.update(overrides)
+    return body
