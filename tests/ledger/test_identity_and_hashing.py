@@ -29,7 +29,9 @@ def test_key_order_does_not_change_the_hash():
 def test_unicode_forms_hash_the_same_after_nfc():
     composed, decomposed = "Zoë Müller", "Zoe\u0308 Mu\u0308ller"
     assert composed != decomposed
-    assert params_hash("refund", {"payee": composed}) == params_hash("refund", {"payee": decomposed})
+    assert params_hash("refund", {"payee": composed}) == params_hash(
+        "refund", {"payee": decomposed}
+    )
 
 
 @pytest.mark.parametrize("bad", [12.5, Decimal("12.50"), float("nan"), float("inf")])
