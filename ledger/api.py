@@ -15,7 +15,11 @@ from rest_framework.views import APIView
 from ledger import executor, selectors
 from ledger.api_support import problem
 from ledger.models import Operation
-from ledger.serializers import OperationSerializer, OperationSubmitSerializer
+from ledger.serializers import (
+    OperationSerializer,
+    OperationSubmitSerializer,
+    RunOperationsSerializer,
+)
 from ledger.tasks import execute_operation
 
 
@@ -110,7 +114,8 @@ class OperationDetailApi(APIView):
 
 
 class RunOperationsApi(APIView):
-    @extend_schema(summary="A run's operations in order, and the first unresolved one")
+    @extend_schema(responses={200: RunOperationsSerializer},
+                   summary="A run's operations in order, and the first unresolved one")
     def get(self, request: Request, run_id: str) -> Response:
         operations = list(selectors.operation_list_for_run(agent=request.user, run_id=run_id))
         first_unresolved = next((op for op in operations if not op.is_terminal), None)

@@ -6,3 +6,6 @@ from django.apps import AppConfig
 class LedgerConfig(AppConfig):
     name = "ledger"
     verbose_name = "Action ledger"
+
+    def ready(self) -> None:
+        from ledger import schema  # noqa: F401  (registers the OpenAPI auth extension)

@@ -26,12 +26,24 @@ def hash_token(raw: str) -> str:
 
 def agent_create(*, name: str, tools: Iterable[str]) -> tuple[AgentCredential, str]:
     """Create a credential; the raw token is returned once and never stored."""
-    prefix = secrets.token_hex(TOKEN_PREFIX_LENGTH // 2)
-    raw = f"al_{prefix}_{secrets.token_urlsafe(32)}"
+    prefix, raw = _new_token()
     agent = AgentCredential.objects.create(
         name=name, token_prefix=prefix, token_hash=hash_token(raw), allowed_tools=sorted(tools)
     )
     return agent, raw
+
+
+def _new_token() -> tuple[str, str]:
+    prefix = secrets.token_hex(TOKEN_PREFIX_LENGTH // 2)
+    return prefix, f"al_{prefix}_{secrets.token_urlsafe(32)}"
+
+
+def agent_rotate(*, agent: AgentCredential) -> str:
+    """Replace an agent's token; the old one stops working at once."""
+    prefix, raw = _new_token()
+    agent.token_prefix, agent.token_hash = prefix, hash_token(raw)
+    agent.save(update_fields=["token_prefix", "token_hash"])
+    return raw
 
 
 def agent_revoke(*, agent: AgentCredential) -> None:

@@ -100,3 +100,10 @@ class OperationSerializer(serializers.ModelSerializer):
 
     def get_url(self, obj: Operation) -> str:
         return self._absolute(reverse("api:operation-detail", args=[obj.operation_id]))
+
+
+class RunOperationsSerializer(serializers.Serializer):
+    run_id = serializers.CharField()
+    count = serializers.IntegerField()
+    operations = OperationSerializer(many=True)
+    first_unresolved = OperationSerializer(allow_null=True)
