@@ -256,6 +256,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = (
         "data_folder_in": str(VAR_DIR / "broker" / "out"),
         "data_folder_out": str(VAR_DIR / "broker" / "out"),
         "processed_folder": str(VAR_DIR / "broker" / "processed"),
+        "control_folder": str(VAR_DIR / "broker" / "control"),
         "store_processed": False,
     }
     if CELERY_BROKER_URL.startswith("filesystem")
