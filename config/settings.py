@@ -262,6 +262,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = (
     if CELERY_BROKER_URL.startswith("filesystem")
     else {}
 )
+for _folder in ("out", "processed", "control"):
+    if CELERY_BROKER_URL.startswith("filesystem"):
+        (VAR_DIR / "broker" / _folder).mkdir(parents=True, exist_ok=True)
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
