@@ -2,17 +2,17 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView
+from drf_spectacular.views import SpectacularAPIView
 
 from config import views
+from ledger.docs import ApiDocsView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("ledger.urls")),
     path("api/schema/", SpectacularAPIView.as_view(
         authentication_classes=[], permission_classes=[]), name="schema"),
-    path("api/docs/", SpectacularRedocView.as_view(
-        url_name="schema", authentication_classes=[], permission_classes=[]), name="api-docs"),
+    path("api/docs/", ApiDocsView.as_view(url_name="schema"), name="api-docs"),
     path("status/", include("portal.urls")),
     path("review/", include("reconciliation.urls")),
     path("healthz", views.healthz, name="healthz"),
