@@ -280,10 +280,71 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
-        "structured": {
+        "json": {"()": "config.logging.JsonFormatter"},
+        "text": {
+            "()": "config.logging.TextFormatter",
             "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
         },
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "structured"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": env_str("LOG_FORMAT", "json" if PRODUCTION else "text"),
+        }
+    },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
+
+# --- Reconciliation -------------------------------------------------------------------------
+# Everything the reconciler, its sweeps and their Celery schedule read. Durations in seconds.
+# How many due cases one sweeper leases per short transaction, and how long a lease hides them
+# from other sweepers: longer than one case can take (a re-send plus a lookup, each bounded by
+# the provider timeout), so a case is never processed twice at once.
+RECONCILIATION_SWEEP_BATCH_SIZE = env_int("RECONCILIATION_SWEEP_BATCH_SIZE", 25)
+RECONCILIATION_CASE_VISIBILITY_SECONDS = env_int("RECONCILIATION_CASE_VISIBILITY_SECONDS", 120)
+# One sweep task stops leasing new batches after this long (well under its soft time limit).
+RECONCILIATION_SWEEP_BUDGET_SECONDS = env_float("RECONCILIATION_SWEEP_BUDGET_SECONDS", 30.0)
+RECONCILIATION_LEASE_SWEEP_BATCH_SIZE = env_int("RECONCILIATION_LEASE_SWEEP_BATCH_SIZE", 200)
+# Exponential backoff with jitter between checks of one case: base * 2**(n-1), capped.
+RECONCILIATION_BACKOFF_BASE_SECONDS = env_float("RECONCILIATION_BACKOFF_BASE_SECONDS", 2.0)
+RECONCILIATION_BACKOFF_MAX_SECONDS = env_float("RECONCILIATION_BACKOFF_MAX_SECONDS", 300.0)
+# A same-key re-send is allowed only until key_first_sent_at + the provider's retention minus
+# this margin: clocks drift and a request takes time to arrive, and one that lands after the
+# provider forgot the key would execute a second time.
+RECONCILIATION_KEY_RETENTION_MARGIN_SECONDS = env_int(
+    "RECONCILIATION_KEY_RETENTION_MARGIN_SECONDS", 3600
+)
+# A case still unresolved this long after it opened goes to a person.
+RECONCILIATION_CASE_DEADLINE_SECONDS = env_int("RECONCILIATION_CASE_DEADLINE_SECONDS", 4 * 3600)
+# How long a case may wait in the review queue before it is overdue (its SLA).
+RECONCILIATION_REVIEW_SLA_SECONDS = env_int("RECONCILIATION_REVIEW_SLA_SECONDS", 4 * 3600)
+# prepared rows nobody sent (an async submission whose task was lost) are sent after this long.
+RECONCILIATION_PREPARED_STALL_SECONDS = env_int("RECONCILIATION_PREPARED_STALL_SECONDS", 120)
+# Task limits: a sweep is cut off softly (it finishes the case in hand), then hard.
+RECONCILIATION_SWEEP_SOFT_TIME_LIMIT = env_int("RECONCILIATION_SWEEP_SOFT_TIME_LIMIT", 90)
+RECONCILIATION_SWEEP_TIME_LIMIT = env_int("RECONCILIATION_SWEEP_TIME_LIMIT", 120)
+RECONCILIATION_TASK_MAX_RETRIES = env_int("RECONCILIATION_TASK_MAX_RETRIES", 5)
+
+# Tests and parallel deployments that share one broker keep their messages apart by queue.
+CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE", "celery")
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Celery's own beat_schedule (no database scheduler). `expires` drops a sweep that waited
+# longer than one interval in the queue: the next one is already on its way.
+CELERY_BEAT_SCHEDULE = {
+    "reconciliation-sweep-leases": {
+        "task": "reconciliation.tasks.sweep_leases",
+        "schedule": LEDGER_SWEEP_INTERVAL_SECONDS,
+        "options": {"expires": max(LEDGER_SWEEP_INTERVAL_SECONDS, 1.0)},
+    },
+    "reconciliation-sweep-cases": {
+        "task": "reconciliation.tasks.sweep_cases",
+        "schedule": LEDGER_SWEEP_INTERVAL_SECONDS,
+        "options": {"expires": max(LEDGER_SWEEP_INTERVAL_SECONDS, 1.0)},
+    },
+}
+if CELERY_BROKER_URL.startswith("filesystem"):
+    # The filesystem transport neither creates its folders nor keeps its exchange tables
+    # anywhere but ./control (relative to whatever directory the worker started in).
+    CELERY_BROKER_TRANSPORT_OPTIONS["control_folder"] = str(VAR_DIR / "broker" / "control")
+    for _folder in ("data_folder_in", "data_folder_out", "processed_folder", "control_folder"):
+        Path(str(CELERY_BROKER_TRANSPORT_OPTIONS[_folder])).mkdir(parents=True, exist_ok=True)

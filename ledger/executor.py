@@ -219,12 +219,14 @@ def persist_outcome(claim: transitions.Claim, outcome: SendOutcome, *, actor: st
     operation, token = claim.operation, claim.fencing_token
     try:
         result = _apply(operation, token, outcome, actor)
-    except transitions.StaleFencingToken:
+    except (transitions.StaleFencingToken, transitions.InvalidTransition):
+        # A newer attempt holds the row, or this attempt's lease expired and the row moved on
+        # (unknown, or already resolved by reconciliation) while this worker was stalled.
         transitions.operation_record_stale_result(
             operation=operation, fencing_token=token, outcome=type(outcome).__name__,
             data=_evidence(outcome), actor=actor)
-        logger.warning("stale result kept as evidence operation_id=%s token=%s",
-                       operation.operation_id, token)
+        logger.warning("stale result kept as evidence",
+                       extra={"operation_id": operation.operation_id, "fencing_token": token})
         return Operation.objects.get(pk=operation.pk)
     metrics.OPERATIONS.labels(operation.tool, result.status).inc()
     return result

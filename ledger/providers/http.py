@@ -124,10 +124,9 @@ class IdempotentHttpAdapter:
             elapsed = time.perf_counter() - started
             metrics.PROVIDER_LATENCY.labels(self.name, "send").observe(elapsed)
         logger.info(
-            "provider send operation_id=%s provider=%s outcome=%s",
-            operation.operation_id,
-            self.name,
-            type(outcome).__name__,
+            "provider send",
+            extra={"operation_id": operation.operation_id, "provider": self.name,
+                   "outcome": type(outcome).__name__},
         )
         return outcome
 

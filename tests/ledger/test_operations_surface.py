@@ -103,3 +103,18 @@ def test_production_refuses_the_development_secret(tmp_path):
                             text=True, env=env, timeout=60)
     assert result.returncode != 0
     assert "DJANGO_SECRET_KEY must be set" in result.stderr
+
+
+def test_json_logs_carry_the_operation_id_and_nothing_else_from_extra():
+    import json
+    import logging
+
+    from config.logging import JsonFormatter
+
+    record = logging.LogRecord("ledger", logging.INFO, __file__, 1, "provider send", None, None)
+    record.operation_id = "wf-1:inv-1:refund-1:v1"
+    record.params = {"payee": "secret person"}
+    entry = json.loads(JsonFormatter().format(record))
+    assert entry["operation_id"] == "wf-1:inv-1:refund-1:v1"
+    assert entry["message"] == "provider send"
+    assert "params" not in entry and "secret person" not in json.dumps(entry)
