@@ -7,6 +7,7 @@ A fresh action costs two commits (record+claim, outcome) besides the provider ca
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import logging
 import os
@@ -219,17 +220,45 @@ def persist_outcome(claim: transitions.Claim, outcome: SendOutcome, *, actor: st
     operation, token = claim.operation, claim.fencing_token
     try:
         result = _apply(operation, token, outcome, actor)
-    except (transitions.StaleFencingToken, transitions.InvalidTransition):
-        # A newer attempt holds the row, or this attempt's lease expired and the row moved on
-        # (unknown, or already resolved by reconciliation) while this worker was stalled.
-        transitions.operation_record_stale_result(
-            operation=operation, fencing_token=token, outcome=type(outcome).__name__,
-            data=_evidence(outcome), actor=actor)
-        logger.warning("stale result kept as evidence",
-                       extra={"operation_id": operation.operation_id, "fencing_token": token})
-        return Operation.objects.get(pk=operation.pk)
+    except transitions.StaleFencingToken:
+        return _keep_as_evidence(operation, token, outcome, actor)
+    except transitions.InvalidTransition:
+        # Our lease expired while we waited and the sweeper made the row unknown (same token).
+        # A definitive answer to *this* attempt still proves the outcome; anything else is
+        # only evidence for the reconciler.
+        current = Operation.objects.get(pk=operation.pk)
+        if current.status != S.UNKNOWN or current.fencing_token != token:
+            return _keep_as_evidence(operation, token, outcome, actor)
+        result = _apply_late(current, outcome, actor)
+        if result is None:
+            return _keep_as_evidence(operation, token, outcome, actor)
     metrics.OPERATIONS.labels(operation.tool, result.status).inc()
     return result
+
+
+def _apply_late(operation: Operation, outcome: SendOutcome, actor: str) -> Operation | None:
+    data = _evidence(outcome)
+    if isinstance(outcome, Confirmed):
+        return transitions.operation_succeed(
+            operation=operation, fencing_token=None, result=outcome.result,
+            provider_request_id=outcome.provider_request_id, actor=actor,
+            reason="late_confirmation", data=data)
+    if isinstance(outcome, Rejected):
+        return transitions.operation_fail(
+            operation=operation, fencing_token=None, error_class=outcome.error_class,
+            actor=actor, reason="late_rejection", data=data)
+    return None
+
+
+def _keep_as_evidence(
+    operation: Operation, token: int, outcome: SendOutcome, actor: str
+) -> Operation:
+    transitions.operation_record_stale_result(
+        operation=operation, fencing_token=token, outcome=type(outcome).__name__,
+        data=_evidence(outcome), actor=actor)
+    logger.warning("stale result kept as evidence",
+                   extra={"operation_id": operation.operation_id, "fencing_token": token})
+    return Operation.objects.get(pk=operation.pk)
 
 
 def _apply(operation: Operation, token: int, outcome: SendOutcome, actor: str) -> Operation:
@@ -275,3 +304,25 @@ def _evidence(outcome: SendOutcome) -> dict[str, Any]:
     else:
         data["error_class"] = outcome.error_class
     return data
+
+
+UNSENT_RETRY_BASE = dt.timedelta(seconds=10)
+UNSENT_RETRY_MAX = dt.timedelta(minutes=10)
+
+
+def retry_unsent(*, batch: int = 100) -> int:
+    """Send prepared rows nobody is sending: provably not sent (connection refused) or queued
+    for a worker whose message never arrived. Safe with any number of sweepers: the claim
+    lets exactly one of them send, with the row's one key."""
+    now = timezone.now()
+    candidates = Operation.objects.filter(
+        status=S.PREPARED, updated_at__lt=now - UNSENT_RETRY_BASE
+    ).order_by("updated_at")[:batch]
+    sent = 0
+    for operation in candidates:
+        backoff = min(UNSENT_RETRY_BASE * (2 ** max(operation.attempts - 1, 0)), UNSENT_RETRY_MAX)
+        if operation.updated_at > now - backoff:
+            continue
+        if execute_prepared(operation).status != S.PREPARED:
+            sent += 1
+    return sent

@@ -107,6 +107,12 @@ class Operation(models.Model):
                 name="operation_unknown_idx",
                 condition=Q(status="unknown"),
             ),
+            # The unsent sweeper: prepared rows by age (executor.retry_unsent).
+            models.Index(
+                fields=["updated_at"],
+                name="operation_prepared_idx",
+                condition=Q(status="prepared"),
+            ),
             # A run's operations in order (GET /runs/{run_id}/operations).
             models.Index(fields=["run_id", "created_at"], name="operation_run_idx"),
         ]

@@ -14,3 +14,8 @@ def execute_operation(operation_pk: int) -> str:
     if operation.status != Operation.Status.PREPARED:
         return operation.status
     return executor.execute_prepared(operation).status
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def retry_unsent_operations() -> int:
+    return executor.retry_unsent()

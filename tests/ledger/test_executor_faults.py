@@ -147,3 +147,46 @@ def test_other_tools_execute_against_their_providers(agent, sandbox, tool_name):
     effect = sandbox.effects(reference=f"wf-2:x:{tool_name}-1:v1")[0]
     expected_key = None if tool_name == "create_ticket" else submission.operation.idempotency_key
     assert effect["idempotency_key"] == expected_key
+
+
+def test_late_confirmation_after_the_lease_sweeper_proves_success(agent, sandbox, time_machine):
+    from django.utils import timezone
+
+    from ledger import transitions
+    from ledger.providers.base import Confirmed
+    from tests.ledger.factories import in_flight
+
+    time_machine.move_to(timezone.now(), tick=False)
+    operation, token = in_flight(agent, OP, lease_seconds=30)
+    time_machine.shift(31)
+    transitions.operation_expire_lease(operation=Operation.objects.get(pk=operation.pk))
+
+    result = executor.persist_outcome(
+        transitions.Claim(operation=operation, fencing_token=token),
+        Confirmed(result={"id": "eff_late"}, provider_request_id="eff_late"), actor="worker:slow")
+
+    assert result.status == S.SUCCEEDED and result.provider_request_id == "eff_late"
+    assert reasons(result)[-1] == "late_confirmation"
+
+
+def test_late_unknown_after_the_lease_sweeper_changes_nothing(agent, sandbox, time_machine):
+    from django.utils import timezone
+
+    from ledger import transitions
+    from ledger.providers.base import Unknown
+    from tests.ledger.factories import in_flight
+
+    time_machine.move_to(timezone.now(), tick=False)
+    operation, token = in_flight(agent, OP, lease_seconds=30)
+    time_machine.shift(31)
+    transitions.operation_expire_lease(operation=Operation.objects.get(pk=operation.pk))
+    events = reasons(operation)
+
+    result = executor.persist_outcome(
+        transitions.Claim(operation=operation, fencing_token=token),
+        Unknown(error_class="transport.ReadTimeout"), actor="worker:slow")
+
+    # Already unknown for this attempt: idempotent, no second event, no second case.
+    assert result.status == S.UNKNOWN
+    assert reasons(result) == events == [
+        "intent_recorded", "claimed_for_send", "lease_expired"]
