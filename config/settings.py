@@ -58,6 +58,10 @@ def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
 
 
+# Test databases are per process, so two test runs on one machine never share one.
+_TEST_SUFFIX = os.environ.get("LEDGER_TEST_DB_SUFFIX", str(os.getpid()))
+
+
 def database_from_url(url: str) -> dict[str, object]:
     """Parse postgres://user:pass@host:port/name?opt=v (psycopg 3) or sqlite:///path."""
     parsed = urlparse(url)
@@ -73,7 +77,7 @@ def database_from_url(url: str) -> dict[str, object]:
             "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 60),
             "CONN_HEALTH_CHECKS": True,
             "OPTIONS": options,
-            "TEST": {"NAME": env_str("DATABASE_TEST_NAME", "test_agent_ledger")},
+            "TEST": {"NAME": env_str("DATABASE_TEST_NAME", f"test_agent_ledger_{_TEST_SUFFIX}")},
         }
     if parsed.scheme == "sqlite":
         return sqlite_database(Path(unquote(parsed.path)))
@@ -91,7 +95,8 @@ def sqlite_database(path: Path) -> dict[str, object]:
             "transaction_mode": "IMMEDIATE",
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         },
-        "TEST": {"NAME": str(VAR_DIR / "test-ledger.sqlite3")},
+        # A file, not memory: the Celery worker a test starts must see the same database.
+        "TEST": {"NAME": str(VAR_DIR / f"test-ledger-{_TEST_SUFFIX}.sqlite3")},
     }
 
 
