@@ -8,6 +8,8 @@ no answer arrived — so it is Unknown, never Rejected.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -97,14 +99,31 @@ class IdempotentHttpAdapter:
         self._base_url = base_url
         self.capabilities = capabilities
         self._transport = transport
+        self._clients: dict[tuple[int, str], httpx.Client] = {}
+        self._lock = threading.Lock()
 
-    def _client(self, timeout: float) -> httpx.Client:
-        return httpx.Client(
-            base_url=self._base_url(),
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 3.0)),
-            transport=self._transport,
-            headers={"User-Agent": "agent-ledger/1"},
-        )
+    def _client(self) -> httpx.Client:
+        """One pooled client per process and base URL: building a client (and its TLS context)
+        per call costs more than the call. Keyed by pid because a forked Celery child must not
+        share its parent's sockets."""
+        key = (os.getpid(), self._base_url())
+        client = self._clients.get(key)
+        if client is None:
+            with self._lock:
+                client = self._clients.get(key)
+                if client is None:
+                    client = httpx.Client(
+                        base_url=key[1],
+                        transport=self._transport,
+                        headers={"User-Agent": "agent-ledger/1"},
+                        limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+                    )
+                    self._clients[key] = client
+        return client
+
+    @staticmethod
+    def _timeout(timeout: float) -> httpx.Timeout:
+        return httpx.Timeout(timeout, connect=min(timeout, 3.0))
 
     def send(self, operation: Operation, *, key: str, timeout: float) -> SendOutcome:
         from ledger.tools import get_tool
@@ -114,8 +133,8 @@ class IdempotentHttpAdapter:
         body = {"reference": operation.operation_id, "params": operation.params}
         started = time.perf_counter()
         try:
-            with self._client(timeout) as client:
-                response = client.post(f"/v1/effects/{kind}", json=body, headers=headers)
+            response = self._client().post(f"/v1/effects/{kind}", json=body, headers=headers,
+                                           timeout=self._timeout(timeout))
         except httpx.HTTPError as exc:
             outcome = classify_transport_error(exc)
         else:
@@ -133,8 +152,7 @@ class IdempotentHttpAdapter:
     def lookup(self, operation: Operation, *, timeout: float) -> LookupOutcome:
         started = time.perf_counter()
         try:
-            with self._client(timeout) as client:
-                return self._lookup(client, operation)
+            return self._lookup(self._client(), operation, self._timeout(timeout))
         except httpx.HTTPError as exc:
             return Unavailable(error_class=f"transport.{type(exc).__name__}")
         finally:
@@ -142,10 +160,13 @@ class IdempotentHttpAdapter:
                 time.perf_counter() - started
             )
 
-    def _lookup(self, client: httpx.Client, operation: Operation) -> LookupOutcome:
+    def _lookup(
+        self, client: httpx.Client, operation: Operation, timeout: httpx.Timeout
+    ) -> LookupOutcome:
         caps = self.capabilities
         if caps.lookup_by_request_id and operation.provider_request_id:
-            response = client.get(f"/v1/effects/{operation.provider_request_id}")
+            response = client.get(f"/v1/effects/{operation.provider_request_id}",
+                                  timeout=timeout)
             if response.status_code == 200:
                 return _found([response.json()])
             if response.status_code != 404:
@@ -156,7 +177,7 @@ class IdempotentHttpAdapter:
             query = {"reference": operation.operation_id}
         else:
             return Unavailable(error_class="lookup_not_supported")
-        response = client.get("/v1/effects", params=query)
+        response = client.get("/v1/effects", params=query, timeout=timeout)
         if response.status_code != 200:
             return Unavailable(error_class=f"http_{response.status_code}")
         return _found(_json_or_empty(response).get("data") or [])
