@@ -280,21 +280,8 @@ def _apply(operation: Operation, token: int, outcome: SendOutcome, actor: str) -
         case Unknown():
             return transitions.operation_mark_unknown(
                 operation=operation, fencing_token=token, error_class=outcome.error_class,
-                actor=actor, reason=_unknown_reason(outcome), data=data)
+                actor=actor, reason=outcome.reason.value, data=data)
     raise TypeError(f"unexpected outcome {outcome!r}")
-
-
-def _unknown_reason(outcome: Unknown) -> str:
-    error = outcome.error_class
-    if "Timeout" in error:
-        return "timeout_after_send"
-    if error.startswith("http_5"):
-        return "ambiguous_5xx"
-    if outcome.in_progress:
-        return "provider_in_progress"
-    if error.startswith("transport."):
-        return "connection_reset"
-    return "ambiguous_response"
 
 
 def _evidence(outcome: SendOutcome) -> dict[str, Any]:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,27 @@ class Tool:
     lease_seconds: int = 60
     request_timeout: float = 10.0
     secret_fields: tuple[str, ...] = field(default=())
+    # A setting that, when set, names the provider instead. It is read whenever the tool is
+    # looked up, and each operation stores the provider it was recorded with.
+    provider_setting: str = ""
+
+    def configured(self) -> Tool:
+        """This tool with its provider as configured now (still a plain string)."""
+        if not self.provider_setting:
+            return self
+        chosen = str(getattr(settings, self.provider_setting, "") or "")
+        if not chosen or chosen == self.provider:
+            return self
+        from ledger.providers import get_adapter
+
+        try:
+            get_adapter(chosen)
+        except KeyError:
+            # Refused before anything is written, not after a row was claimed for it.
+            raise ImproperlyConfigured(
+                f"{self.provider_setting}={chosen!r} names no registered provider"
+            ) from None
+        return replace(self, provider=chosen)
 
     def validate(self, params: Any) -> dict[str, str]:
         """Field-level errors; an empty dict means the params are acceptable."""
@@ -115,6 +139,7 @@ REFUND = Tool(
     },
     intent_fields=("invoice", "amount", "currency", "payee"),
     provider="sandbox",
+    provider_setting="LEDGER_REFUND_PROVIDER",
     provider_kind="refund",
     value=lambda p: (p["amount"], p["currency"]),
     subject=lambda p: p["invoice"],
@@ -162,7 +187,27 @@ CREATE_TICKET = Tool(
     request_timeout=10.0,
 )
 
-REGISTRY: dict[str, Tool] = {tool.name: tool for tool in (REFUND, SEND_EMAIL, CREATE_TICKET)}
+
+class _Registry(Mapping[str, Tool]):
+    """Tools by name, each read with its provider as configured at that moment."""
+
+    def __init__(self, *tools: Tool) -> None:
+        self._tools = {tool.name: tool for tool in tools}
+
+    def __getitem__(self, name: str) -> Tool:
+        return self._tools[name].configured()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tools)
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+
+REGISTRY: Mapping[str, Tool] = _Registry(REFUND, SEND_EMAIL, CREATE_TICKET)
 
 
 def get_tool(name: str) -> Tool:

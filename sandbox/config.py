@@ -12,7 +12,7 @@ MAGIC_PREFIX = "sandbox:"
 
 # Faults without a parameter; `lookup-lag-<N>` is the one parameterised fault.
 SIMPLE_FAULTS = frozenset(
-    {"lose-response", "timeout", "500-after-commit", "drop-before-commit", "reject"}
+    {"lose-response", "timeout", "500-after-commit", "drop-before-commit", "reject", "rate-limit"}
 )
 LOOKUP_LAG = re.compile(r"lookup-lag-(\d+)")
 

@@ -10,6 +10,7 @@ from typing import Any
 from sandbox import store
 from sandbox.app import Sandbox
 from sandbox.config import ConfigError
+from sandbox.effects import KINDS
 from sandbox.replies import Reply, invalid, json_reply, not_found
 
 Query = Mapping[str, str]
@@ -31,6 +32,7 @@ def list_effects(sandbox: Sandbox, query: Query) -> Reply:
             reference=reference,
             now=now,
             index_lag=sandbox.config.index_lag_seconds,
+            kinds=KINDS,
         )
     return json_reply(200, {"object": "list", "data": data})
 
@@ -38,7 +40,7 @@ def list_effects(sandbox: Sandbox, query: Query) -> Reply:
 def get_effect(sandbox: Sandbox, effect_id: str) -> Reply:
     # Reads by id are consistent: no index lag, unlike key/reference lookups.
     with sandbox.store.connect() as conn:
-        effect = store.effect_by_id(conn, effect_id)
+        effect = store.effect_by_id(conn, effect_id, KINDS)
     if effect is None:
         return not_found(f"no effect {effect_id!r}")
     return json_reply(200, effect)
@@ -52,10 +54,11 @@ def health(sandbox: Sandbox, query: Query) -> Reply:
 
 
 def effects_log(sandbox: Sandbox, query: Query) -> Reply:
+    """Every execution through any of the sandbox's APIs, counted by our reference."""
     with sandbox.store.connect() as conn:
-        data = store.all_effects(conn, query.get("reference") or None)
-    counts = Counter(effect["reference"] for effect in data)
-    return json_reply(200, {"data": data, "counts": dict(counts)})
+        rows = store.all_effects(conn, query.get("reference") or None)
+    counts = Counter(reference for reference, _ in rows)
+    return json_reply(200, {"data": [effect for _, effect in rows], "counts": dict(counts)})
 
 
 def requests_log(sandbox: Sandbox, query: Query) -> Reply:

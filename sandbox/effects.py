@@ -1,10 +1,16 @@
-"""POST /v1/effects/{kind}: idempotent execution of a side effect, with injectable faults."""
+"""POST /v1/effects/{kind}: idempotent execution of a side effect, with injectable faults.
+
+The execution machinery here (key claim, replay, mismatch, in-progress, fault scenarios, the
+atomic effect + stored-response commit) is shared by every provider API the sandbox speaks; a
+Dialect says how one API spells its objects and errors (see sandbox.stripe_api).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -29,6 +35,14 @@ MAX_REFERENCE_LENGTH = 255
 MAX_PARAMS_DEPTH = 32
 
 REPLAYED = ("Idempotent-Replayed", "true")
+SERVER_ERROR = error_reply(500, "api_error", "internal error")
+RATE_LIMITED = error_reply(
+    429,
+    "invalid_request_error",
+    "Too many requests hit the API too quickly.",
+    "rate_limit",
+    headers=(("Retry-After", "1"),),
+)
 
 
 class InvalidRequest(ValueError):
@@ -50,6 +64,46 @@ class EffectRequest:
             ensure_ascii=False,
         )
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one provider API spells the shared behaviour."""
+
+    id_prefix: str
+    # The stored object for a new effect: (request, its new id, sandbox now) -> JSON object.
+    render: Callable[[EffectRequest, str, float], dict[str, Any]]
+    created_status: int
+    mismatch_status: int
+    rejection_code: str
+    rejection_message: str
+    # Stripe v1 stores whatever the endpoint answered once execution began, a 500 included, and
+    # replays it; the generic API stores the effect's own answer even when a 500 went out.
+    replays_server_errors: bool
+
+
+def _render_effect(request: EffectRequest, effect_id: str, now: float) -> dict[str, Any]:
+    return {
+        "id": effect_id,
+        "object": request.kind,
+        "status": "succeeded",
+        "reference": request.reference,
+        "params": request.params,
+        "created": now,
+        "idempotency_key": request.key,
+    }
+
+
+# The IETF Idempotency-Key draft: 201 for a new effect, 422 for a key reused with other params.
+GENERIC = Dialect(
+    id_prefix="eff_",
+    render=_render_effect,
+    created_status=201,
+    mismatch_status=422,
+    rejection_code="sandbox_rejected",
+    rejection_message="rejected by the sandbox",
+    replays_server_errors=False,
+)
 
 
 def create_effect(
@@ -79,7 +133,7 @@ def create_effect(
             request = parse_request(kind, payload, key_header)
         except InvalidRequest as exc:
             return invalid(str(exc))
-        return _Attempt(sandbox, conn, request, now, seq, request_id).run()
+        return Attempt(sandbox, conn, request, now, seq, request_id, GENERIC).run()
 
 
 # --- parsing -----------------------------------------------------------------------------------
@@ -172,7 +226,9 @@ def find_magic_fault(params: Any) -> str | None:
 # --- execution ---------------------------------------------------------------------------------
 
 
-class _Attempt:
+class Attempt:
+    """One request's execution under its key, in the given dialect."""
+
     def __init__(
         self,
         sandbox: Sandbox,
@@ -181,6 +237,7 @@ class _Attempt:
         now: float,
         seq: int,
         request_id: str,
+        dialect: Dialect,
     ) -> None:
         self.sandbox = sandbox
         self.conn = conn
@@ -188,6 +245,7 @@ class _Attempt:
         self.now = now
         self.seq = seq
         self.request_id = request_id
+        self.dialect = dialect
         self.config = sandbox.config
 
     def run(self) -> Reply:
@@ -207,7 +265,7 @@ class _Attempt:
                 return self._replay(claim.response)
             case store.ClaimState.MISMATCH:
                 return error_reply(
-                    422,
+                    self.dialect.mismatch_status,
                     "idempotency_error",
                     "Idempotency-Key was already used with different request parameters",
                     "idempotency_key_mismatch",
@@ -237,10 +295,11 @@ class _Attempt:
         fault = self._choose_fault() if first else None
         if fault is not None:
             store.set_request_fault(self.conn, self.seq, fault)
-        if fault == "drop-before-commit":
+        if fault in {"drop-before-commit", "rate-limit"}:
+            # Nothing executed and nothing is stored: a same-key retry executes normally.
             if self.request.key is not None:
                 store.drop_key(self.conn, self.request.key, token)
-            return LOST
+            return LOST if fault == "drop-before-commit" else RATE_LIMITED
         try:
             if fault == "reject":
                 return self._reject(token)
@@ -249,7 +308,8 @@ class _Attempt:
             return error_reply(500, "api_error", "the idempotency record vanished (sandbox reset?)")
 
     def _reject(self, token: str) -> Reply:
-        body = encode(error_body("card_error", "rejected by the sandbox", "sandbox_rejected"))
+        dialect = self.dialect
+        body = encode(error_body("card_error", dialect.rejection_message, dialect.rejection_code))
         response = store.StoredResponse(402, body, self.request_id)
         store.commit_outcome(
             self.conn,
@@ -262,19 +322,11 @@ class _Attempt:
         return Reply(status=402, body=body)
 
     def _succeed(self, token: str, fault: str | None) -> Reply:
-        request = self.request
-        effect_json = {
-            "id": new_id("eff_"),
-            "object": request.kind,
-            "status": "succeeded",
-            "reference": request.reference,
-            "params": request.params,
-            "created": self.now,
-            "idempotency_key": request.key,
-        }
-        body = encode(effect_json)
+        request, dialect = self.request, self.dialect
+        effect_id = new_id(dialect.id_prefix)
+        body = encode(dialect.render(request, effect_id, self.now))
         effect = store.NewEffect(
-            id=effect_json["id"],
+            id=effect_id,
             kind=request.kind,
             reference=request.reference,
             idempotency_key=request.key,
@@ -282,7 +334,11 @@ class _Attempt:
             lag=lag_of(fault),
             body=body.decode("utf-8"),
         )
-        response = store.StoredResponse(201, body, self.request_id)
+        created = Reply(status=dialect.created_status, body=body)
+        answer = SERVER_ERROR if fault == "500-after-commit" else created
+        # What a same-key repeat will be answered with.
+        saved = answer if dialect.replays_server_errors else created
+        response = store.StoredResponse(saved.status, saved.body, self.request_id)
         # During a `timeout` sleep the key stays in_progress (409 to repeats) although the effect
         # and its response are already committed; a restart would mark it completed.
         store.commit_outcome(
@@ -293,23 +349,21 @@ class _Attempt:
             response=response,
             settled=fault != "timeout",
         )
-        return self._answer_success(body, token, fault)
+        return self._answer(answer, token, fault)
 
-    def _answer_success(self, body: bytes, token: str, fault: str | None) -> Reply:
+    def _answer(self, answer: Reply, token: str, fault: str | None) -> Reply:
         if fault == "lose-response":
             return LOST
-        if fault == "500-after-commit":
-            return error_reply(500, "api_error", "internal error")
         if fault == "timeout":
             key = self.request.key
             settle = None if key is None else partial(_settle, self.sandbox.store, key, token)
             return Reply(
-                status=201,
-                body=body,
+                status=answer.status,
+                body=answer.body,
                 delay_seconds=self.config.timeout_sleep_seconds,
                 before_send=settle,
             )
-        return Reply(status=201, body=body)
+        return answer
 
 
 def _settle(storage: store.Store, key: str, token: str) -> None:

@@ -38,10 +38,14 @@ def json_reply(status: int, payload: Any, headers: tuple[tuple[str, str], ...] =
     return Reply(status=status, body=encode(payload), headers=headers)
 
 
-def error_body(error_type: str, message: str, code: str | None = None) -> dict[str, Any]:
+def error_body(
+    error_type: str, message: str, code: str | None = None, *, param: str | None = None
+) -> dict[str, Any]:
     error: dict[str, Any] = {"type": error_type, "message": message}
     if code is not None:
         error["code"] = code
+    if param is not None:
+        error["param"] = param
     return {"error": error}
 
 
@@ -51,8 +55,10 @@ def error_reply(
     message: str,
     code: str | None = None,
     headers: tuple[tuple[str, str], ...] = (),
+    *,
+    param: str | None = None,
 ) -> Reply:
-    return json_reply(status, error_body(error_type, message, code), headers)
+    return json_reply(status, error_body(error_type, message, code, param=param), headers)
 
 
 def not_found(message: str) -> Reply:

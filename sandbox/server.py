@@ -10,7 +10,7 @@ import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from sandbox import control
+from sandbox import control, stripe_api
 from sandbox.app import Sandbox
 from sandbox.effects import create_effect
 from sandbox.replies import Reply, error_reply, invalid, new_id, not_found
@@ -80,6 +80,15 @@ class SandboxHandler(BaseHTTPRequestHandler):
                 kind = path.removeprefix(EFFECTS_PREFIX)
                 key = self.headers.get("Idempotency-Key")
                 return create_effect(sandbox, kind, raw, key, request_id, problem)
+            if path == stripe_api.REFUNDS:
+                return stripe_api.create_refund(
+                    sandbox,
+                    raw,
+                    authorization=self.headers.get("Authorization"),
+                    key_header=self.headers.get("Idempotency-Key"),
+                    request_id=request_id,
+                    body_problem=problem,
+                )
             if path in control.CONTROL_POST:
                 return problem or self._control_post(path, raw)
         if method == "GET":
@@ -87,6 +96,12 @@ class SandboxHandler(BaseHTTPRequestHandler):
                 return control.list_effects(sandbox, query)
             if path.startswith(EFFECTS_PREFIX):
                 return control.get_effect(sandbox, path.removeprefix(EFFECTS_PREFIX))
+            authorization = self.headers.get("Authorization")
+            if path == stripe_api.REFUNDS:
+                return stripe_api.list_refunds(sandbox, query, authorization=authorization)
+            if path.startswith(stripe_api.REFUND_PREFIX):
+                refund_id = path.removeprefix(stripe_api.REFUND_PREFIX)
+                return stripe_api.get_refund(sandbox, refund_id, authorization=authorization)
             if path in control.CONTROL_GET:
                 return control.CONTROL_GET[path](sandbox, query)
         if path in control.CONTROL_GET or path in control.CONTROL_POST:

@@ -10,7 +10,7 @@ import json
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
@@ -268,7 +268,15 @@ def drop_key(conn: sqlite3.Connection, key: str, token: str) -> None:
     )
 
 
-# --- effects -----------------------------------------------------------------------------------
+# --- effects ---------------------------------------------------------------------------------
+
+
+def _kinds_clause(kinds: Collection[str] | None) -> tuple[list[str], list[Any]]:
+    # Each provider API sees only its own kinds: a Stripe refund is not a generic effect.
+    if kinds is None:
+        return [], []
+    ordered = sorted(kinds)
+    return [f"kind IN ({', '.join('?' for _ in ordered)})"], list(ordered)
 
 
 def visible_effects(
@@ -278,9 +286,12 @@ def visible_effects(
     reference: str | None,
     now: float,
     index_lag: float,
+    kinds: Collection[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Effects a key/reference lookup can see now: the index lags behind the commit."""
-    clauses, args = ["created + lag + ? <= ?"], [index_lag, now]
+    clauses, args = _kinds_clause(kinds)
+    clauses.append("created + lag + ? <= ?")
+    args.extend([index_lag, now])
     if key is not None:
         clauses.append("idempotency_key = ?")
         args.append(key)
@@ -293,19 +304,64 @@ def visible_effects(
     return [json.loads(body) for (body,) in rows]
 
 
-def effect_by_id(conn: sqlite3.Connection, effect_id: str) -> dict[str, Any] | None:
-    row = conn.execute("SELECT body FROM effects WHERE id = ?", (effect_id,)).fetchone()
+def visible_page(
+    conn: sqlite3.Connection,
+    *,
+    kinds: Collection[str],
+    matching: Mapping[str, str],
+    now: float,
+    index_lag: float,
+    starting_after: str | None,
+    limit: int,
+) -> tuple[list[dict[str, Any]], bool]:
+    """One newest-first page of what a list lookup can see now, and whether more follow.
+
+    `matching` compares top-level fields of the stored object; `starting_after` is the id of
+    the last object of the previous page (raises LookupError if there is no such object).
+    """
+    clauses, args = _kinds_clause(kinds)
+    clauses.append("created + lag + ? <= ?")
+    args.extend([index_lag, now])
+    for name, value in sorted(matching.items()):
+        clauses.append("json_extract(body, ?) = ?")
+        args.extend([f"$.{name}", value])
+    if starting_after is not None:
+        row = conn.execute("SELECT seq FROM effects WHERE id = ?", (starting_after,)).fetchone()
+        if row is None:
+            raise LookupError(starting_after)
+        clauses.append("seq < ?")
+        args.append(row[0])
+    rows = conn.execute(
+        f"SELECT body FROM effects WHERE {' AND '.join(clauses)} ORDER BY seq DESC LIMIT ?",
+        [*args, limit + 1],
+    ).fetchall()
+    return [json.loads(body) for (body,) in rows[:limit]], len(rows) > limit
+
+
+def effect_by_id(
+    conn: sqlite3.Connection, effect_id: str, kinds: Collection[str] | None = None
+) -> dict[str, Any] | None:
+    clauses, args = _kinds_clause(kinds)
+    clauses.append("id = ?")
+    args.append(effect_id)
+    row = conn.execute(
+        f"SELECT body FROM effects WHERE {' AND '.join(clauses)}", args
+    ).fetchone()
     return json.loads(row[0]) if row else None
 
 
-def all_effects(conn: sqlite3.Connection, reference: str | None) -> list[dict[str, Any]]:
+def all_effects(
+    conn: sqlite3.Connection, reference: str | None
+) -> list[tuple[str, dict[str, Any]]]:
+    """(reference, stored object) for every effect: the reference column, not the object,
+    names the operation, because each provider API spells its objects differently."""
     if reference is None:
-        rows = conn.execute("SELECT body FROM effects ORDER BY seq")
+        rows = conn.execute("SELECT reference, body FROM effects ORDER BY seq")
     else:
         rows = conn.execute(
-            "SELECT body FROM effects WHERE reference = ? ORDER BY seq", (reference,)
+            "SELECT reference, body FROM effects WHERE reference = ? ORDER BY seq", (reference,)
         )
-    return [json.loads(body) for (body,) in rows]
+    return [(ref, json.loads(body)) for ref, body in rows]
 
 
 # --- request log -------------------------------------------------------------------------------

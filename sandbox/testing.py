@@ -165,7 +165,8 @@ class SandboxClient:
         return dict(self._get("/_sandbox/effects")["counts"])
 
     def request_counts(self) -> dict[str, Any]:
-        """{"total": n, "by_reference": {...}, "by_fault": {...}} over POST /v1/effects/*."""
+        """{"total": n, "by_reference": {...}, "by_fault": {...}} over POST /v1/effects/* and
+        POST /v1/refunds."""
         return dict(self._get("/_sandbox/requests"))
 
     def now(self) -> float:

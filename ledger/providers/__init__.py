@@ -7,10 +7,15 @@ from django.conf import settings
 
 from ledger.providers.base import Capabilities, ProviderAdapter
 from ledger.providers.http import IdempotentHttpAdapter
+from ledger.providers.stripe import StripeRefundAdapter
 
 
 def _sandbox_url() -> str:
     return str(settings.SANDBOX_URL)
+
+
+def _stripe_api_key() -> str:
+    return str(settings.STRIPE_API_KEY)
 
 
 DAY = 24 * 3600
@@ -43,6 +48,10 @@ _ADAPTERS: dict[str, ProviderAdapter] = {
             lookup_consistency_seconds=30.0,
             authoritative_absence=True,
         ),
+    ),
+    # Refunds through the official Stripe SDK against the sandbox's Stripe-compatible API.
+    "stripe-sandbox": StripeRefundAdapter(
+        name="stripe-sandbox", base_url=_sandbox_url, api_key=_stripe_api_key
     ),
 }
 

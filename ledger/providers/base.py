@@ -7,6 +7,7 @@ only sees one of the outcomes below, and each outcome maps to exactly one ledger
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -37,12 +38,27 @@ class NotSent:
     error_class: str
 
 
+class UnknownReason(StrEnum):
+    """Why nobody can tell; a reconciliation case opens with this reason."""
+
+    TIMEOUT_AFTER_SEND = "timeout_after_send"
+    CONNECTION_RESET = "connection_reset"
+    AMBIGUOUS_5XX = "ambiguous_5xx"
+    PROVIDER_IN_PROGRESS = "provider_in_progress"
+    KEY_REUSED = "key_reused"  # our key is stored at the provider with other params
+    AMBIGUOUS_RESPONSE = "ambiguous_response"
+
+
 @dataclass(frozen=True)
 class Unknown:
     """The request may have reached the provider and nobody can say what it did."""
 
     error_class: str
-    in_progress: bool = False
+    reason: UnknownReason = UnknownReason.AMBIGUOUS_RESPONSE
+
+    @property
+    def in_progress(self) -> bool:
+        return self.reason is UnknownReason.PROVIDER_IN_PROGRESS
 
 
 SendOutcome = Confirmed | Rejected | NotSent | Unknown

@@ -28,6 +28,7 @@ from ledger.providers.base import (
     SendOutcome,
     Unavailable,
     Unknown,
+    UnknownReason,
 )
 
 if TYPE_CHECKING:
@@ -49,7 +50,9 @@ def classify_transport_error(exc: Exception) -> SendOutcome:
     if isinstance(exc, _NOT_SENT_ERRORS):
         return NotSent(error_class=f"transport.{name}")
     # WriteTimeout, ReadTimeout, RemoteProtocolError, ReadError, WriteError: may have been sent.
-    return Unknown(error_class=f"transport.{name}")
+    reason = (UnknownReason.TIMEOUT_AFTER_SEND if isinstance(exc, httpx.TimeoutException)
+              else UnknownReason.CONNECTION_RESET)
+    return Unknown(error_class=f"transport.{name}", reason=reason)
 
 
 def classify_response(response: httpx.Response) -> SendOutcome:
@@ -65,15 +68,16 @@ def classify_response(response: httpx.Response) -> SendOutcome:
     code = str(error.get("code") or error.get("type") or status)
     if status == 409:
         # The provider is still executing the original request with this key.
-        return Unknown(error_class=f"http_409.{code}", in_progress=True)
+        return Unknown(error_class=f"http_409.{code}", reason=UnknownReason.PROVIDER_IN_PROGRESS)
     if status == 422 and error.get("type") == "idempotency_error":
         # Our key was already used with other params: the original may have executed.
-        return Unknown(error_class=f"http_422.{code}")
+        return Unknown(error_class=f"http_422.{code}", reason=UnknownReason.KEY_REUSED)
     if status == 429:
         return NotSent(error_class="http_429.rate_limited")
     if 400 <= status < 500:
         return Rejected(error_class=f"http_{status}.{code}", detail={"code": code})
-    return Unknown(error_class=f"http_{status}.{code}")
+    reason = UnknownReason.AMBIGUOUS_5XX if status >= 500 else UnknownReason.AMBIGUOUS_RESPONSE
+    return Unknown(error_class=f"http_{status}.{code}", reason=reason)
 
 
 def _json_or_empty(response: httpx.Response) -> dict[str, Any]:

@@ -85,3 +85,21 @@ def test_lookup_against_the_sandbox_finds_by_key_and_reports_absence(agent, sand
 
     never_sent = in_state(agent, "unknown", "wf-1:inv-2:refund-1:v1")
     assert isinstance(get_adapter("sandbox").lookup(never_sent, timeout=2), NotFound)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "reason"),
+    [
+        (classify_transport_error(httpx.ReadTimeout("x", request=REQUEST)), "timeout_after_send"),
+        (classify_transport_error(httpx.WriteTimeout("x", request=REQUEST)), "timeout_after_send"),
+        (classify_transport_error(httpx.RemoteProtocolError("x", request=REQUEST)),
+         "connection_reset"),
+        (classify_response(response(500)), "ambiguous_5xx"),
+        (classify_response(response(409, {"error": {"code": "request_in_progress"}})),
+         "provider_in_progress"),
+        (classify_response(response(422, {"error": {"type": "idempotency_error"}})),
+         "key_reused"),
+    ],
+)
+def test_unknown_outcomes_say_why_so_the_case_opens_with_the_right_reason(outcome, reason):
+    assert isinstance(outcome, Unknown) and outcome.reason == reason
