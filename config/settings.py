@@ -249,6 +249,11 @@ SPECTACULAR_SETTINGS = {
 
 # --- The ledger ---------------------------------------------------------------------------
 SANDBOX_URL = env_str("SANDBOX_URL", "http://127.0.0.1:8765")
+# The provider new refunds go to: "sandbox" (generic HTTP) or "stripe-sandbox" (the official
+# Stripe SDK against the sandbox's Stripe API). Each operation keeps the provider it was made with.
+LEDGER_REFUND_PROVIDER = env_str("LEDGER_REFUND_PROVIDER", "sandbox")
+# An explicit dev default that only the sandbox accepts; never logged.
+STRIPE_API_KEY = env_str("STRIPE_API_KEY", "sk_test_sandbox")
 # Overrides every tool's own request timeout when set (tests shorten it).
 LEDGER_PROVIDER_TIMEOUT_SECONDS = env_float("LEDGER_PROVIDER_TIMEOUT_SECONDS", 0) or None
 LEDGER_RETRY_AFTER_SECONDS = env_int("LEDGER_RETRY_AFTER_SECONDS", 5)
@@ -298,6 +303,9 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    # The Stripe SDK logs Stripe's error messages (which can echo request values) at INFO; the
+    # adapter logs its own redacted line for every call instead.
+    "loggers": {"stripe": {"level": "WARNING"}},
 }
 
 # --- Reconciliation -------------------------------------------------------------------------
@@ -323,8 +331,6 @@ RECONCILIATION_KEY_RETENTION_MARGIN_SECONDS = env_int(
 RECONCILIATION_CASE_DEADLINE_SECONDS = env_int("RECONCILIATION_CASE_DEADLINE_SECONDS", 4 * 3600)
 # How long a case may wait in the review queue before it is overdue (its SLA).
 RECONCILIATION_REVIEW_SLA_SECONDS = env_int("RECONCILIATION_REVIEW_SLA_SECONDS", 4 * 3600)
-# prepared rows nobody sent (an async submission whose task was lost) are sent after this long.
-RECONCILIATION_PREPARED_STALL_SECONDS = env_int("RECONCILIATION_PREPARED_STALL_SECONDS", 120)
 # Task limits: a sweep is cut off softly (it finishes the case in hand), then hard.
 RECONCILIATION_SWEEP_SOFT_TIME_LIMIT = env_int("RECONCILIATION_SWEEP_SOFT_TIME_LIMIT", 90)
 RECONCILIATION_SWEEP_TIME_LIMIT = env_int("RECONCILIATION_SWEEP_TIME_LIMIT", 120)
@@ -343,6 +349,12 @@ CELERY_BEAT_SCHEDULE = {
     },
     "reconciliation-sweep-cases": {
         "task": "reconciliation.tasks.sweep_cases",
+        "schedule": LEDGER_SWEEP_INTERVAL_SECONDS,
+        "options": {"expires": max(LEDGER_SWEEP_INTERVAL_SECONDS, 1.0)},
+    },
+    # The ledger's own sweep: prepared rows nobody is sending (executor.retry_unsent).
+    "ledger-retry-unsent": {
+        "task": "ledger.tasks.retry_unsent_operations",
         "schedule": LEDGER_SWEEP_INTERVAL_SECONDS,
         "options": {"expires": max(LEDGER_SWEEP_INTERVAL_SECONDS, 1.0)},
     },
