@@ -67,12 +67,22 @@ DEFAULT_WORDING = Wording(
 )
 
 
+# Evidence kinds that mean we asked the provider (a stale result is an answer nobody asked for).
+_ASKED_PROVIDER = ("lookup", "staff_check", "resend")
+
+
 def _last_checked(operation: Operation) -> Any:
+    """When we last asked the provider: the reconciler's last check or a reviewer's lookup."""
     try:
         case = operation.reconciliation_case  # type: ignore[attr-defined]
     except ObjectDoesNotExist:
         return operation.updated_at
-    return case.last_checked_at or case.created_at
+    latest_evidence = (
+        case.evidence.filter(kind__in=_ASKED_PROVIDER).order_by("-created_at")
+        .values_list("created_at", flat=True).first()
+    )
+    moments = [m for m in (case.last_checked_at, latest_evidence) if m is not None]
+    return max(moments) if moments else case.created_at
 
 
 def _int_param(request: HttpRequest, name: str) -> int:

@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from ledger.models import Operation
+from ledger.models import AppendOnlyError, Operation
 
 
 class Case(models.Model):
@@ -101,6 +101,13 @@ class CaseEvent(models.Model):
     def __str__(self) -> str:
         return f"{self.case_id}: {self.from_state or '∅'} → {self.to_state} ({self.reason})"
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        _append_only(self, "Case events")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise AppendOnlyError("Case events are append-only.")
+
 
 class Evidence(models.Model):
     """Every provider call or lookup made while resolving a case: what was asked, what came
@@ -122,6 +129,18 @@ class Evidence(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} on case {self.case_id}: {self.outcome}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        _append_only(self, "Evidence rows")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise AppendOnlyError("Evidence rows are append-only.")
+
+
+def _append_only(row: models.Model, what: str) -> None:
+    if row.pk is not None:
+        raise AppendOnlyError(f"{what} are append-only.")
 
 
 class Decision(models.Model):

@@ -1,0 +1,136 @@
+"""Forms of the review queue. The services re-check everything; the forms give field-level
+messages and keep what the reviewer typed."""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django import forms
+
+from reconciliation import review
+from reconciliation.models import Decision
+
+Action = Decision.Action
+
+
+def _money_to_minor(value: Decimal | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int((value * 100).to_integral_value())
+    except InvalidOperation:
+        return None
+
+
+class QueueFilterForm(forms.Form):
+    """The queue's filters; they live in the query string so a view can be shared."""
+
+    tool = forms.ChoiceField(required=False)
+    provider = forms.ChoiceField(required=False)
+    reason = forms.ChoiceField(required=False, label="Why in review")
+    min_value = forms.DecimalField(required=False, min_value=0, decimal_places=2,
+                                   label="Value from", widget=forms.NumberInput(
+                                       attrs={"step": "0.01", "inputmode": "decimal"}))
+    max_value = forms.DecimalField(required=False, min_value=0, decimal_places=2,
+                                   label="Value to", widget=forms.NumberInput(
+                                       attrs={"step": "0.01", "inputmode": "decimal"}))
+    age = forms.ChoiceField(required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        anything = [("", "Any")]
+        self.fields["tool"].choices = anything + review.tool_choices()
+        self.fields["provider"].choices = anything + review.provider_choices()
+        self.fields["reason"].choices = anything + review.review_reason_choices()
+        self.fields["age"].choices = anything + [
+            (key, label) for key, (label, _) in review.AGE_FILTERS.items()
+        ]
+
+    def filters(self) -> review.QueueFilters:
+        if not self.is_valid():
+            # Bad values are ignored rather than failing the whole queue.
+            data = {k: v for k, v in self.cleaned_data.items() if k not in self.errors}
+        else:
+            data = self.cleaned_data
+        return review.QueueFilters(
+            tool=data.get("tool") or "",
+            provider=data.get("provider") or "",
+            reason=data.get("reason") or "",
+            min_value=_money_to_minor(data.get("min_value")),
+            max_value=_money_to_minor(data.get("max_value")),
+            age=data.get("age") or "",
+        )
+
+
+def _reason_choices() -> list[Any]:
+    groups: list[Any] = [("", "Choose a reason…")]
+    titles = {Action.CONFIRM: "Confirming", Action.REJECT: "Rejecting",
+              Action.RESEND: "Re-sending"}
+    for action, codes in review.REASON_CODES.items():
+        groups.append((titles[Action(action)], list(codes)))
+    groups.append(review.OTHER_REASON)
+    return groups
+
+
+class _ReasonedForm(forms.Form):
+    reason_code = forms.ChoiceField(label="Reason")
+    note = forms.CharField(
+        max_length=4000, widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="What did you check, and what did you see? Kept in the audit trail.",
+    )
+    params_hash = forms.CharField(widget=forms.HiddenInput, max_length=71)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["reason_code"].choices = _reason_choices()
+
+    def clean_note(self) -> str:
+        note = self.cleaned_data["note"].strip()
+        if not note:
+            raise forms.ValidationError("Add a note: what did you check, and what did you see?")
+        return note
+
+
+class DecisionForm(_ReasonedForm):
+    action = forms.ChoiceField(
+        choices=Action.choices, widget=forms.RadioSelect, label="Decision",
+    )
+    field_order = ["action", "reason_code", "note", "params_hash"]
+
+    def __init__(self, *args: Any, resend_allowed: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.resend_allowed = resend_allowed
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        action, code = data.get("action"), data.get("reason_code")
+        if action == Action.RESEND and not self.resend_allowed:
+            self.add_error("action", "Re-sending is only possible while the provider still "
+                                     "remembers the idempotency key.")
+        if action and code and code not in {c for c, _ in review.reason_choices(action)}:
+            self.add_error("reason_code", "This reason does not fit the decision you chose.")
+        return data
+
+
+class ApprovalForm(_ReasonedForm):
+    def __init__(self, *args: Any, action: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.action = action
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        code = data.get("reason_code")
+        if code and code not in {c for c, _ in review.reason_choices(self.action)}:
+            self.add_error("reason_code", "This reason does not fit the proposed decision.")
+        return data
+
+
+class WithdrawForm(forms.Form):
+    note = forms.CharField(max_length=4000, required=False,
+                           widget=forms.Textarea(attrs={"rows": 2}))
+
+
+class NoteForm(forms.Form):
+    text = forms.CharField(label="Add a note", max_length=4000,
+                           widget=forms.Textarea(attrs={"rows": 3}))
