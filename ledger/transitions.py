@@ -34,6 +34,9 @@ ALLOWED_TRANSITIONS: dict[str | None, frozenset[str]] = {
 operation_became_unknown = Signal()
 # Sent inside the transaction that resolves an unknown operation, for the same reason.
 operation_resolved = Signal()
+# Sent inside the transaction that keeps a superseded attempt's result, so the operation's case
+# (if any) gets it as evidence in the same commit.
+operation_stale_result = Signal()
 
 
 class TransitionError(Exception):
@@ -356,12 +359,16 @@ def operation_record_stale_result(
     *, operation: Operation, fencing_token: int, outcome: str, data: Mapping[str, Any], actor: str
 ) -> None:
     """Keep a result from a superseded attempt as evidence; never apply it."""
-    current = Operation.objects.get(pk=operation.pk)
-    OperationEvent.objects.create(
-        operation=current, from_status=current.status, to_status=current.status, actor=actor,
-        fencing_token=fencing_token, reason="stale_result_ignored",
-        data={"outcome": outcome, **data},
-    )
+    with transaction.atomic():
+        current = Operation.objects.get(pk=operation.pk)
+        OperationEvent.objects.create(
+            operation=current, from_status=current.status, to_status=current.status, actor=actor,
+            fencing_token=fencing_token, reason="stale_result_ignored",
+            data={"outcome": outcome, **data},
+        )
+        operation_stale_result.send(sender=Operation, operation=current,
+                                    fencing_token=fencing_token, outcome=outcome,
+                                    data=dict(data), actor=actor)
 
 
 def operation_note_tool_call(*, operation: Operation, tool_call_id: str, actor: str) -> None:

@@ -42,6 +42,7 @@ from ledger.providers.base import (
     SendOutcome,
     Unavailable,
     Unknown,
+    UnknownReason,
 )
 from ledger.tools import Tool, get_tool
 from reconciliation import transitions
@@ -291,7 +292,7 @@ def _after_resend(case: Case, operation: Operation, outcome: SendOutcome) -> str
     if operation.is_terminal:
         transitions.case_note_check(case=case, strategy="resend")
         return operation.status  # the ledger's signal resolved the case in this transaction
-    if isinstance(outcome, Unknown) and outcome.error_class.startswith("http_422"):
+    if isinstance(outcome, Unknown) and outcome.reason is UnknownReason.KEY_REUSED:
         # Our key is stored with other params at the provider: something else used it.
         transitions.case_note_check(case=case, strategy="resend")
         transitions.case_escalate(case=case, reason="anomaly", actor=ACTOR,
@@ -319,7 +320,7 @@ def _send_response(outcome: SendOutcome) -> dict[str, Any]:
     data: dict[str, Any] = {"outcome": type(outcome).__name__,
                             "error_class": outcome.error_class}
     if isinstance(outcome, Unknown):
-        data["in_progress"] = outcome.in_progress
+        data["reason"] = str(outcome.reason)
     return data
 
 
@@ -330,9 +331,9 @@ def lookup_request(operation: Operation, caps: Capabilities) -> dict[str, Any]:
     request: dict[str, Any] = {"provider": operation.provider}
     if caps.lookup_by_request_id and operation.provider_request_id:
         request["provider_request_id"] = operation.provider_request_id
-    if caps.lookup_by_key and caps.honours_idempotency_keys:
+    if caps.lookup_by_key:
         request["idempotency_key"] = operation.idempotency_key
-    elif caps.lookup_by_reference:
+    if caps.lookup_by_reference:
         request["reference"] = operation.operation_id
     return request
 

@@ -1,0 +1,48 @@
+"""The same reconciler over the other adapters: Stripe's SDK (keys, lookups that are not
+authoritative) and SMTP (no keys, lookups by Message-ID in the delivery log)."""
+
+from __future__ import annotations
+
+from ledger import executor
+from ledger.models import Operation
+from reconciliation.models import Case
+from tests.conftest import refund_params
+from tests.reconciliation.helpers import REFUND_OP, evidence_of, fresh, posts, sweep
+
+S = Operation.Status
+EMAIL_OP = "wf-81:customer-7:email-1:v1"
+
+
+def test_stripe_lost_response_is_resent_with_the_same_key_once(agent, sandbox, settings):
+    settings.LEDGER_REFUND_PROVIDER = "stripe-sandbox"
+    operation = executor.submit(agent=agent, operation_id=REFUND_OP, tool_name="refund",
+                                params=refund_params(memo="sandbox:lose-response")).operation
+    assert operation.status == S.UNKNOWN and operation.provider == "stripe-sandbox"
+
+    sweep()
+
+    operation, case = fresh(operation)
+    assert operation.status == S.SUCCEEDED and case.state == Case.State.RESOLVED
+    assert operation.provider_request_id.startswith("re_")
+    assert [e.outcome for e in evidence_of(case)] == ["confirmed"]
+    assert sandbox.effect_counts() == {REFUND_OP: 1}
+
+
+def test_smtp_lost_reply_is_proven_by_the_delivery_log_and_never_resent(
+    agent, sandbox, settings
+):
+    settings.LEDGER_EMAIL_PROVIDER = "smtp-sandbox"
+    operation = executor.submit(agent=agent, operation_id=EMAIL_OP, tool_name="send_email",
+                                params={"to": "cus@example.com", "template": "refund_sent",
+                                        "subject": "Your refund",
+                                        "body": "sandbox:lose-response"}).operation
+    assert operation.status == S.UNKNOWN and operation.provider == "smtp-sandbox"
+    sent = posts(sandbox)
+
+    sweep()
+
+    operation, case = fresh(operation)
+    assert operation.status == S.SUCCEEDED
+    assert [e.kind for e in evidence_of(case)] == ["lookup"]
+    assert evidence_of(case)[0].outcome == "found_match"
+    assert sandbox.effect_counts() == {EMAIL_OP: 1} and posts(sandbox) == sent
