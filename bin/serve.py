@@ -37,6 +37,8 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=int(os.environ.get("LEDGER_PORT", "8000")))
     parser.add_argument("--sandbox-port", type=int,
                         default=int(os.environ.get("SANDBOX_PORT", "8765")))
+    parser.add_argument("--sandbox-smtp-port", type=int,
+                        default=int(os.environ.get("SANDBOX_SMTP_PORT", "8025")))
     parser.add_argument("--no-seed", action="store_true", help="skip the demo data")
     args = parser.parse_args()
 
@@ -46,6 +48,7 @@ def main() -> int:
     env = os.environ | {
         "DJANGO_SETTINGS_MODULE": "config.settings",
         "SANDBOX_URL": f"http://127.0.0.1:{args.sandbox_port}",
+        "SANDBOX_SMTP_PORT": str(args.sandbox_smtp_port),
         "PYTHONUNBUFFERED": "1",
     }
     sandbox_env = env | {"SANDBOX_TIMEOUT_SLEEP_SECONDS": env.get("SANDBOX_TIMEOUT_SLEEP_SECONDS",
@@ -71,7 +74,8 @@ def main() -> int:
     try:
         subprocess.run([*manage, "migrate", "--noinput"], cwd=ROOT, env=env, check=True)
         start("sandbox", [PYTHON, "-m", "sandbox", "--host", "127.0.0.1", "--port",
-                          str(args.sandbox_port), "--db", str(var / "sandbox.sqlite3")],
+                          str(args.sandbox_port), "--smtp-port", str(args.sandbox_smtp_port),
+                          "--db", str(var / "sandbox.sqlite3")],
               sandbox_env)
         wait_for(f"http://127.0.0.1:{args.sandbox_port}/_sandbox/health")
         start("worker", [PYTHON, "-m", "celery", "-A", "config", "worker", "--beat",

@@ -161,6 +161,7 @@ SEND_EMAIL = Tool(
     },
     intent_fields=("to", "template", "subject"),
     provider="sandbox",
+    provider_setting="LEDGER_EMAIL_PROVIDER",
     provider_kind="email",
     value=lambda p: None,
     subject=lambda p: p["to"],

@@ -168,7 +168,7 @@ class Plan:
 
 
 def plan_for(case: Case, operation: Operation, tool: Tool, caps: Capabilities,
-             now: dt.datetime) -> Plan:
+             now: dt.datetime, *, last_resend_ambiguous: bool = False) -> Plan:
     # Retention first: it is the more specific (and more dangerous) reason when both passed.
     until = resend_allowed_until(operation, caps)
     if until is not None and now >= until:
@@ -181,9 +181,11 @@ def plan_for(case: Case, operation: Operation, tool: Tool, caps: Capabilities,
         if caps.can_lookup:
             return Plan("lookup", "high_value")
         return Plan("escalate", "high_value")
-    if until is not None:
+    if until is not None and not (last_resend_ambiguous and caps.can_lookup):
         return Plan("resend")
     if caps.can_lookup:
+        # Also after a re-send that came back ambiguous: a provider that stores and replays
+        # its 5xx under our key (Stripe does) would answer the same forever; a lookup can tell.
         return Plan("lookup")
     return Plan("escalate", "no_strategy")
 
@@ -220,7 +222,9 @@ def _check(case: Case, operation: Operation) -> str:
         return "rescheduled"
     tool = get_tool(operation.tool)
     adapter = get_adapter(operation.provider)
-    plan = plan_for(case, operation, tool, adapter.capabilities, timezone.now())
+    last = case.evidence.order_by("-id").values_list("kind", "outcome").first()
+    plan = plan_for(case, operation, tool, adapter.capabilities, timezone.now(),
+                    last_resend_ambiguous=last == ("resend", "unknown"))
     if plan.strategy == "resend":
         return _resend(case, operation, tool, adapter)
     if plan.strategy == "lookup":

@@ -18,6 +18,8 @@ class Sandbox:
         self._config = defaults
         self._lock = threading.Lock()
         self._rng = random.Random(defaults.chaos_seed)
+        # Set once the SMTP listener is bound (`--smtp-port`); reported by the health check.
+        self.smtp_port: int | None = None
 
     @property
     def config(self) -> SandboxConfig:

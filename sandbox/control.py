@@ -50,7 +50,7 @@ def get_effect(sandbox: Sandbox, effect_id: str) -> Reply:
 
 
 def health(sandbox: Sandbox, query: Query) -> Reply:
-    return json_reply(200, {"ok": True})
+    return json_reply(200, {"ok": True, "smtp_port": sandbox.smtp_port})
 
 
 def effects_log(sandbox: Sandbox, query: Query) -> Reply:

@@ -10,7 +10,7 @@ import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from sandbox import control, stripe_api
+from sandbox import control, smtp, stripe_api
 from sandbox.app import Sandbox
 from sandbox.effects import create_effect
 from sandbox.replies import Reply, error_reply, invalid, new_id, not_found
@@ -102,6 +102,8 @@ class SandboxHandler(BaseHTTPRequestHandler):
             if path.startswith(stripe_api.REFUND_PREFIX):
                 refund_id = path.removeprefix(stripe_api.REFUND_PREFIX)
                 return stripe_api.get_refund(sandbox, refund_id, authorization=authorization)
+            if path == smtp.MESSAGES:
+                return smtp.list_messages(sandbox, query)
             if path in control.CONTROL_GET:
                 return control.CONTROL_GET[path](sandbox, query)
         if path in control.CONTROL_GET or path in control.CONTROL_POST:

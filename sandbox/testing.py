@@ -1,8 +1,8 @@
 """Test helpers: run the sandbox as a real subprocess and talk to its control API.
 
-with SandboxServer(env={"SANDBOX_TIMEOUT_SLEEP_SECONDS": "0.5"}) as server:
+with SandboxServer(env={"SANDBOX_TIMEOUT_SLEEP_SECONDS": "0.5"}, smtp=True) as server:
     client = SandboxClient(server.url)
-    ...
+    ...  # e-mail goes to 127.0.0.1:server.smtp_port
     assert client.effect_counts() == {"op-1": 1}
 """
 
@@ -24,17 +24,25 @@ import httpx
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 LISTENING = re.compile(r"sandbox listening on (http://\S+)")
+SMTP_LISTENING = re.compile(r"sandbox smtp listening on \S+:(\d+)")
 
 
 class SandboxServer:
-    """`python -m sandbox` on a free 127.0.0.1 port with a fresh temporary database."""
+    """`python -m sandbox` on a free 127.0.0.1 port with a fresh temporary database; with
+    `smtp=True` its SMTP listener too, on another free port (`smtp_port`)."""
 
     def __init__(
-        self, env: Mapping[str, str] | None = None, *, startup_timeout: float = 10.0
+        self,
+        env: Mapping[str, str] | None = None,
+        *,
+        smtp: bool = False,
+        startup_timeout: float = 10.0,
     ) -> None:
         self.env = dict(env or {})
+        self.smtp = smtp
         self.startup_timeout = startup_timeout
         self.url = ""
+        self.smtp_port: int | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._workdir: Path | None = None
         self._log_file: IO[bytes] | None = None
@@ -61,6 +69,8 @@ class SandboxServer:
         # Port 0: the server binds a free port itself and prints it, so there is no race
         # between picking a port here and binding it there.
         command = [sys.executable, "-m", "sandbox", "--host", "127.0.0.1", "--port", "0"]
+        if self.smtp:
+            command += ["--smtp-port", "0"]
         self._process = subprocess.Popen(
             [*command, "--db", str(self.db_path)],
             cwd=PROJECT_ROOT,
@@ -89,9 +99,14 @@ class SandboxServer:
             if self._process.poll() is not None:
                 raise RuntimeError(f"sandbox exited during startup:\n{self.log()}")
             if not self.url:
-                match = LISTENING.search(self.log())
+                log = self.log()
+                match = LISTENING.search(log)
                 self.url = match.group(1) if match else ""
+                smtp_match = SMTP_LISTENING.search(log) if self.smtp else None
+                self.smtp_port = int(smtp_match.group(1)) if smtp_match else None
             if self.url and self._healthy():
+                if self.smtp and self.smtp_port is None:
+                    raise RuntimeError(f"sandbox started without SMTP:\n{self.log()}")
                 return
             time.sleep(0.05)
         raise RuntimeError(f"sandbox not healthy after {self.startup_timeout}s:\n{self.log()}")
@@ -119,6 +134,7 @@ class SandboxServer:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
         self.url = ""
+        self.smtp_port = None
 
     def client(self) -> SandboxClient:
         return SandboxClient(self.url)
@@ -154,6 +170,17 @@ class SandboxClient:
 
     def health(self) -> bool:
         return bool(self._get("/_sandbox/health").get("ok"))
+
+    @property
+    def smtp_port(self) -> int | None:
+        """The port the sandbox accepts e-mail on, or None if it was started without SMTP."""
+        port = self._get("/_sandbox/health").get("smtp_port")
+        return None if port is None else int(port)
+
+    def messages(self, **query: str) -> list[dict[str, Any]]:
+        """The e-mail provider's message search (`message_id=` or `reference=`), subject to
+        index lag like any lookup; newest first."""
+        return list(self._get("/v1/messages", **query)["data"])
 
     def effects(self, reference: str | None = None) -> list[dict[str, Any]]:
         """Every effect ever executed (ignores lookup lag), oldest first."""

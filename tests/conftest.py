@@ -30,7 +30,7 @@ requires_postgres = pytest.mark.skipif(
 
 @pytest.fixture(scope="session")
 def sandbox_server() -> Iterator[SandboxServer]:
-    with SandboxServer(env={"SANDBOX_TIMEOUT_SLEEP_SECONDS": "2"}) as server:
+    with SandboxServer(env={"SANDBOX_TIMEOUT_SLEEP_SECONDS": "2"}, smtp=True) as server:
         yield server
 
 
@@ -38,6 +38,7 @@ def sandbox_server() -> Iterator[SandboxServer]:
 def sandbox(sandbox_server: SandboxServer, settings: Any) -> Iterator[SandboxClient]:
     """The provider, wiped, with the ledger pointed at it and a short request timeout."""
     settings.SANDBOX_URL = sandbox_server.url
+    settings.SANDBOX_SMTP_PORT = sandbox_server.smtp_port
     settings.LEDGER_PROVIDER_TIMEOUT_SECONDS = 1.0
     with SandboxClient(sandbox_server.url) as client:
         client.reset()

@@ -7,6 +7,7 @@ from django.conf import settings
 
 from ledger.providers.base import Capabilities, ProviderAdapter
 from ledger.providers.http import IdempotentHttpAdapter
+from ledger.providers.smtp import SmtpEmailAdapter
 from ledger.providers.stripe import StripeRefundAdapter
 
 
@@ -16,6 +17,18 @@ def _sandbox_url() -> str:
 
 def _stripe_api_key() -> str:
     return str(settings.STRIPE_API_KEY)
+
+
+def _smtp_host() -> str:
+    return str(settings.SANDBOX_SMTP_HOST)
+
+
+def _smtp_port() -> int:
+    return int(settings.SANDBOX_SMTP_PORT)
+
+
+def _email_from() -> str:
+    return str(settings.LEDGER_EMAIL_FROM)
 
 
 DAY = 24 * 3600
@@ -52,6 +65,11 @@ _ADAPTERS: dict[str, ProviderAdapter] = {
     # Refunds through the official Stripe SDK against the sandbox's Stripe-compatible API.
     "stripe-sandbox": StripeRefundAdapter(
         name="stripe-sandbox", base_url=_sandbox_url, api_key=_stripe_api_key
+    ),
+    # E-mail over SMTP to the sandbox's listener; lookups in its message log by Message-ID.
+    "smtp-sandbox": SmtpEmailAdapter(
+        name="smtp-sandbox", host=_smtp_host, port=_smtp_port, sender=_email_from,
+        search_url=_sandbox_url,
     ),
 }
 

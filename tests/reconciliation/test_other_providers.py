@@ -46,3 +46,29 @@ def test_smtp_lost_reply_is_proven_by_the_delivery_log_and_never_resent(
     assert [e.kind for e in evidence_of(case)] == ["lookup"]
     assert evidence_of(case)[0].outcome == "found_match"
     assert sandbox.effect_counts() == {EMAIL_OP: 1} and posts(sandbox) == sent
+
+
+def test_stripe_replayed_500_after_commit_is_settled_by_a_lookup_not_endless_resends(
+    agent, sandbox, settings, time_machine
+):
+    from django.utils import timezone
+
+    time_machine.move_to(timezone.now(), tick=False)
+    settings.LEDGER_REFUND_PROVIDER = "stripe-sandbox"
+    operation = executor.submit(agent=agent, operation_id=REFUND_OP, tool_name="refund",
+                                params=refund_params(memo="sandbox:500-after-commit")).operation
+    assert operation.status == S.UNKNOWN
+
+    sweep()  # same-key re-send: Stripe replays the stored 500, still ambiguous
+    operation, case = fresh(operation)
+    assert operation.status == S.UNKNOWN
+    assert [(e.kind, e.outcome) for e in evidence_of(case)] == [("resend", "unknown")]
+
+    time_machine.move_to(case.next_check_at, tick=False)
+    sweep()  # so the next check looks the refund up instead of re-sending again
+
+    operation, case = fresh(operation)
+    assert operation.status == S.SUCCEEDED and case.state == Case.State.RESOLVED
+    assert [(e.kind, e.outcome) for e in evidence_of(case)] == [
+        ("resend", "unknown"), ("lookup", "found_match")]
+    assert sandbox.effect_counts() == {REFUND_OP: 1}

@@ -297,7 +297,8 @@ def test_config_control_and_reset(sandbox: SandboxClient, http: httpx.Client) ->
 
 
 def test_health_and_unknown_routes(http: httpx.Client) -> None:
-    assert http.get("/_sandbox/health").json() == {"ok": True}
+    # Started without --smtp-port: no SMTP listener.
+    assert http.get("/_sandbox/health").json() == {"ok": True, "smtp_port": None}
     assert http.get("/nowhere").status_code == 404
     assert http.delete("/_sandbox/effects").status_code == 405
 
