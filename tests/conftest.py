@@ -28,6 +28,19 @@ requires_postgres = pytest.mark.skipif(
 )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _celery_messages_stay_in_this_process() -> Iterator[None]:
+    """Tasks enqueued by code under test go to an in-memory broker, never to the embedded
+    default's var/broker folder, where a developer's running worker would pick them up. The
+    real-worker test points the producer at Redis itself."""
+    from config.celery import app
+
+    saved = (app.conf.broker_url, app.conf.broker_transport_options)
+    app.conf.broker_url, app.conf.broker_transport_options = "memory://", {}
+    yield
+    app.conf.broker_url, app.conf.broker_transport_options = saved
+
+
 @pytest.fixture(scope="session")
 def sandbox_server() -> Iterator[SandboxServer]:
     with SandboxServer(env={"SANDBOX_TIMEOUT_SLEEP_SECONDS": "2"}, smtp=True) as server:

@@ -83,7 +83,8 @@ def test_health_readiness_and_metrics(client, api, sandbox):
 
 
 def test_check_deploy_is_clean_with_production_settings(tmp_path):
-    env = os.environ | {
+    # The browser tests set DJANGO_ALLOW_ASYNC_UNSAFE for their session; production never does.
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"} | {
         "LEDGER_PRODUCTION": "true",
         "DJANGO_SECRET_KEY": "x" * 20 + "-production-secret-for-the-check-" + "y" * 20,
         "DJANGO_ALLOWED_HOSTS": "ledger.example.com",
