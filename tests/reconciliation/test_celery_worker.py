@@ -1,4 +1,4 @@
-"""A real `celery -A config worker -B` process against Redis, on the test database.
+"""A real `celery -A config worker -B` process against Redis and RabbitMQ, on the test database.
 
 No test code calls the reconciler here: beat (embedded in the worker) schedules the sweeps and
 the worker runs them. Both processes must see one database, so the tests are transactional
@@ -29,18 +29,21 @@ from tests.reconciliation.helpers import REFUND_OP, unknown_refund
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 REDIS_URL = os.environ.get("LEDGER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+AMQP_URL = os.environ.get("LEDGER_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+BROKERS = {"redis": REDIS_URL, "rabbitmq": AMQP_URL}
 S = Operation.Status
 
 pytestmark = [pytest.mark.celery_worker, pytest.mark.django_db(transaction=True)]
 
 
-def redis_problem() -> str | None:
-    import redis
+def broker_problem(url: str) -> str | None:
+    from kombu import Connection
 
     try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1, socket_timeout=1).ping()
-    except redis.RedisError as exc:
-        return f"Redis at {REDIS_URL} is unreachable ({exc}); set LEDGER_TEST_REDIS_URL"
+        with Connection(url, connect_timeout=2) as conn:
+            conn.ensure_connection(max_retries=1)
+    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
+        return f"broker {url.split('@')[-1]} is unreachable ({type(exc).__name__})"
     return None
 
 
@@ -61,27 +64,37 @@ test_database_url.__test__ = False  # type: ignore[attr-defined]  # a helper, no
 
 
 class Worker:
-    def __init__(self, process: subprocess.Popen[bytes], log_path: Path, queue: str) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], log_path: Path, queue: str,
+                 broker_url: str) -> None:
         self.process = process
         self.log_path = log_path
         self.queue = queue
+        self.broker_url = broker_url
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
 
-@pytest.fixture
-def worker(transactional_db, sandbox_server, tmp_path) -> Iterator[Worker]:
-    problem = redis_problem()
+@pytest.fixture(params=sorted(BROKERS))
+def broker_url(request: pytest.FixtureRequest) -> str:
+    url = BROKERS[request.param]
+    problem = broker_problem(url)
     if problem:
-        pytest.skip(problem)
+        if os.environ.get("CI"):
+            pytest.fail(f"{problem}: CI must run the real-worker tests")  # never a silent skip
+        pytest.skip(f"{problem}; set LEDGER_TEST_REDIS_URL / LEDGER_TEST_AMQP_URL")
+    return url
+
+
+@pytest.fixture
+def worker(transactional_db, sandbox_server, tmp_path, broker_url) -> Iterator[Worker]:
     # A queue of our own: other workers on this Redis never take our tasks, nor we theirs.
     queue = f"agent-ledger-test-{uuid.uuid4().hex[:12]}"
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "config.settings",
         "DATABASE_URL": test_database_url(),
-        "CELERY_BROKER_URL": REDIS_URL,
+        "CELERY_BROKER_URL": broker_url,
         "CELERY_TASK_DEFAULT_QUEUE": queue,
         "SANDBOX_URL": sandbox_server.url,
         "LEDGER_PROVIDER_TIMEOUT_SECONDS": "1",
@@ -99,14 +112,14 @@ def worker(transactional_db, sandbox_server, tmp_path) -> Iterator[Worker]:
             cwd=PROJECT_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
             stderr=subprocess.STDOUT,
         )
-    handle = Worker(process, log_path, queue)
+    handle = Worker(process, log_path, queue, broker_url)
     try:
         wait_for(lambda: " ready." in handle.log(), timeout=30,
                  message=lambda: f"worker did not start:\n{handle.log()}")
         yield handle
     finally:
         _stop(process)
-        _forget_queue(queue)
+        _forget_queue(broker_url, queue)
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -118,10 +131,16 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
-def _forget_queue(queue: str) -> None:
+def _forget_queue(broker_url: str, queue: str) -> None:
+    if broker_url.startswith("amqp"):
+        from kombu import Connection
+
+        with Connection(broker_url) as conn:
+            conn.default_channel.queue_delete(queue)
+        return
     import redis
 
-    client = redis.Redis.from_url(REDIS_URL)
+    client = redis.Redis.from_url(broker_url)
     for key in client.scan_iter(f"*{queue}*"):  # the queue and kombu's bindings for it
         client.delete(key)
     for key in client.scan_iter("_kombu.binding.*"):
@@ -199,7 +218,7 @@ def test_async_submission_is_sent_by_the_worker_and_reconciled_there_too(
     lossy = submit_body("wf-84:invoice-20:refund-1:v1", execution="async")
     lossy["params"] = {**lossy["params"], "memo": "sandbox:lose-response"}
 
-    with producing_to(REDIS_URL, worker.queue):
+    with producing_to(worker.broker_url, worker.queue):
         responses = [api.post("/api/v1/operations", body, format="json")
                      for body in (plain, lossy)]
 
