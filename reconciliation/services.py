@@ -134,7 +134,8 @@ def _staff_actor(actor: str, user: Any) -> str:
 def case_check_now(*, case: Case, actor: str, user: Any = None) -> Evidence:
     """One lookup right now, stored as evidence. Nothing changes unless the answer proves it:
     a full match resolves an open case as succeeded, authoritative absence after the window as
-    failed; on a resolved case, an answer that disagrees flags it (never flips it)."""
+    failed — except at high value, where the answer is evidence for the person who decides;
+    on a resolved case, an answer that disagrees flags it (never flips it)."""
     case = Case.objects.select_related("operation").get(pk=case.pk)
     operation = case.operation
     tool = get_tool(operation.tool)
@@ -159,6 +160,8 @@ def _apply_check(case: Case, answer: Any, verdict: reconciler.Verdict, *, actor:
         return
     if case.operation.status != S.UNKNOWN:
         return  # a re-send holds it in flight: the answer stays evidence only
+    if get_tool(case.operation.tool).is_high_value(case.operation.value_amount):
+        return  # high value: a person decides (confirm/reject) with this lookup as evidence
     if verdict.proves_success:
         transitions.case_resolve(
             case=case, outcome=S.SUCCEEDED, actor=actor, reason="lookup_proved_success",

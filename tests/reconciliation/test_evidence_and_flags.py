@@ -154,6 +154,21 @@ def test_check_now_that_proves_success_resolves_the_case_and_its_operation(
     assert case_reasons(case)[-1] == "lookup_proved_success"
 
 
+def test_check_now_on_a_high_value_case_is_evidence_for_the_person_not_a_verdict(
+    agent, sandbox, reviewer
+):
+    operation = unknown_refund(agent, "lose-response", amount=150_000)  # it did happen
+    sweep()  # high value: looked up, to review
+    before_state = Case.objects.get().state
+
+    evidence = services.case_check_now(case=Case.objects.get(), actor="", user=reviewer)
+
+    operation, case = fresh(operation)
+    assert before_state == case.state == C.AWAITING_REVIEW
+    assert evidence.outcome == "found_match"
+    assert operation.status == S.UNKNOWN and case.resolution == ""
+
+
 def test_check_now_that_proves_nothing_changes_nothing(agent, sandbox, reviewer):
     operation = unknown_ticket(agent, "drop-before-commit")  # inside the window: not a proof
     before = Case.objects.values().get()
