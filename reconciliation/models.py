@@ -179,10 +179,15 @@ class Decision(models.Model):
                 condition=Q(action__in=["confirm", "reject", "resend"]),
                 name="decision_action_valid",
             ),
-            # Nobody approves twice: one live decision per person per case.
+            # At most one pending proposal per person per case; a person may decide again
+            # after an earlier decision was carried out (a re-send that stayed unknown).
             models.UniqueConstraint(
-                fields=["case", "decided_by"], condition=~Q(status="withdrawn"),
-                name="decision_one_per_person",
+                fields=["case", "decided_by"], condition=Q(status="awaiting_second"),
+                name="decision_one_pending_per_person",
+            ),
+            # Nobody approves the same proposal twice.
+            models.UniqueConstraint(
+                fields=["approves", "decided_by"], name="decision_one_approval_per_person",
             ),
         ]
 

@@ -13,7 +13,8 @@ Rules a reviewer can rely on:
 - A decision is bound to the params hash the reviewer saw. If it differs from the operation's,
   nothing is written.
 - At or above the tool's four-eyes threshold a decision waits for a second, different
-  reviewer (the database also enforces one live decision per person per case).
+  reviewer (the database also enforces one pending proposal per person per case and one
+  approval per person per proposal).
 - Re-sending is offered only while the provider still remembers the idempotency key.
 """
 
@@ -322,8 +323,8 @@ def _create_decision(**values: Any) -> Decision:
             return Decision.objects.create(**values)
     except IntegrityError:
         raise ReviewError(
-            "You already have a live decision on this case; a second, different reviewer must "
-            "make the next one. Nothing was changed."
+            "You already have a decision waiting on this case, or already approved this one; "
+            "a second, different reviewer must act. Nothing was changed."
         ) from None
 
 
