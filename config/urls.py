@@ -8,6 +8,7 @@ from config import views
 from ledger.docs import ApiDocsView
 
 urlpatterns = [
+    path("", views.home, name="home"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("ledger.urls")),
     path("api/schema/", SpectacularAPIView.as_view(

@@ -66,7 +66,7 @@ def test_no_csp_violation_on_any_page(
         f"{base}/status/{in_state(agent, status, f'wf-9:inv-9:refund-{n}:v1').status_token}/"
         for n, status in enumerate((S.PREPARED, S.UNKNOWN, S.SUCCEEDED, S.FAILED), 1)
     ]
-    for url in customer_urls:
+    for url in [f"{base}/", *customer_urls]:
         _visit(page, url, origins)
         _assert_clean(page, url)
     # An htmx swap with out-of-band parts under the same policy.

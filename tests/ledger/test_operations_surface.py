@@ -119,3 +119,10 @@ def test_json_logs_carry_the_operation_id_and_nothing_else_from_extra():
     assert entry["operation_id"] == "wf-1:inv-1:refund-1:v1"
     assert entry["message"] == "provider send"
     assert "params" not in entry and "secret person" not in json.dumps(entry)
+
+
+def test_home_page_links_every_audience(client):
+    response = client.get("/")
+    assert response.status_code == 200
+    for path in (b'href="/review/"', b'href="/api/docs/"', b'href="/admin/"'):
+        assert path in response.content
