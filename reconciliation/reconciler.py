@@ -330,16 +330,9 @@ def _send_response(outcome: SendOutcome) -> dict[str, Any]:
 
 # --- strategy 2: lookup -------------------------------------------------------------------
 
-def lookup_request(operation: Operation, caps: Capabilities) -> dict[str, Any]:
-    """The identifiers a lookup asks with, in the adapter's order of preference."""
-    request: dict[str, Any] = {"provider": operation.provider}
-    if caps.lookup_by_request_id and operation.provider_request_id:
-        request["provider_request_id"] = operation.provider_request_id
-    if caps.lookup_by_key:
-        request["idempotency_key"] = operation.idempotency_key
-    if caps.lookup_by_reference:
-        request["reference"] = operation.operation_id
-    return request
+def lookup_request(operation: Operation, adapter: ProviderAdapter) -> dict[str, Any]:
+    """Exactly what the adapter's lookup asks the provider (kept as evidence)."""
+    return {"provider": operation.provider, **adapter.lookup_query(operation)}
 
 
 def look_up(operation: Operation, tool: Tool,
@@ -352,7 +345,7 @@ def look_up(operation: Operation, tool: Tool,
     verdict = judge_lookup(operation, tool, answer,
                            absence_is_proof=caps.authoritative_absence
                            and asked_at >= window_closes_at)
-    request = lookup_request(operation, caps) | {
+    request = lookup_request(operation, adapter) | {
         "asked_at": asked_at, "consistency_window_closes_at": window_closes_at}
     return request, answer, verdict
 

@@ -164,6 +164,17 @@ class IdempotentHttpAdapter:
                 time.perf_counter() - started
             )
 
+    def lookup_query(self, operation: Operation) -> dict[str, str]:
+        caps = self.capabilities
+        query: dict[str, str] = {}
+        if caps.lookup_by_request_id and operation.provider_request_id:
+            query["effect_id"] = operation.provider_request_id
+        if caps.lookup_by_key and caps.honours_idempotency_keys:
+            query["idempotency_key"] = operation.idempotency_key
+        elif caps.lookup_by_reference:
+            query["reference"] = operation.operation_id
+        return query
+
     def _lookup(
         self, client: httpx.Client, operation: Operation, timeout: httpx.Timeout
     ) -> LookupOutcome:

@@ -392,6 +392,9 @@ class SmtpEmailAdapter:
             return Rejected(error_class=f"smtp.message.invalid_{exc}")
         return _Transaction(envelope, host=self._host(), port=self._port(), timeout=timeout).run()
 
+    def lookup_query(self, operation: Operation) -> dict[str, str]:
+        return {"message_id": message_id_for(operation.idempotency_key)}
+
     def lookup(self, operation: Operation, *, timeout: float) -> LookupOutcome:
         started = time.perf_counter()
         try:

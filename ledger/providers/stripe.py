@@ -305,6 +305,13 @@ class StripeRefundAdapter:
             metrics.PROVIDER_LATENCY.labels(self.name, "lookup").observe(
                 time.perf_counter() - started)
 
+    def lookup_query(self, operation: Operation) -> dict[str, str]:
+        query = {"refund_id": operation.provider_request_id} if operation.provider_request_id \
+            else {}
+        invoice = str(operation.intent_params.get("invoice", ""))
+        return query | {"payment_intent": payment_intent_for(invoice),
+                        "metadata.operation_id": operation.operation_id}
+
     def _lookup(self, client: stripe.StripeClient, operation: Operation) -> LookupOutcome:
         if operation.provider_request_id:
             try:

@@ -72,3 +72,20 @@ def test_stripe_replayed_500_after_commit_is_settled_by_a_lookup_not_endless_res
     assert [(e.kind, e.outcome) for e in evidence_of(case)] == [
         ("resend", "unknown"), ("lookup", "found_match")]
     assert sandbox.effect_counts() == {REFUND_OP: 1}
+
+
+def test_lookup_evidence_names_exactly_what_each_adapter_asked(agent, sandbox, settings):
+    from ledger.providers import get_adapter
+    from reconciliation.reconciler import lookup_request
+    from tests.ledger.factories import in_state
+
+    operation = in_state(agent, "unknown")
+    assert lookup_request(operation, get_adapter("sandbox")) == {
+        "provider": "sandbox", "idempotency_key": operation.idempotency_key}
+    assert lookup_request(operation, get_adapter("sandbox-nokeys")) == {
+        "provider": "sandbox", "reference": operation.operation_id}
+    assert lookup_request(operation, get_adapter("stripe-sandbox")) == {
+        "provider": "sandbox", "payment_intent": "pi_invoice-17",
+        "metadata.operation_id": operation.operation_id}
+    smtp = lookup_request(operation, get_adapter("smtp-sandbox"))
+    assert smtp["message_id"].startswith(f"<{operation.idempotency_key}@")
