@@ -1,11 +1,10 @@
 """The queue stays fast with 100,000 open cases: each page is read off the partial index
-case_review_idx by keyset, and no query counts every open case."""
+case_review_idx by keyset, and no query counts every open case. (Timings: bench/queue_scale.py.)"""
 
 from __future__ import annotations
 
 import datetime as dt
 import random
-import time
 from typing import Any
 
 import pytest
@@ -24,7 +23,7 @@ from tests.conftest import requires_postgres
 OPEN_CASES = 100_000
 
 
-def _seed(agent: AgentCredential, count: int) -> None:
+def seed_open_cases(agent: AgentCredential, count: int) -> None:
     """Bulk rows for volume only: the states are given, not reached through transitions,
     because what is measured here is reading them."""
     rng = random.Random(81)
@@ -62,29 +61,26 @@ def _seed(agent: AgentCredential, count: int) -> None:
 def test_queue_pages_stay_fast_with_100k_open_cases(
     ann: Client, agent: AgentCredential, reviewer: Any
 ) -> None:
-    _seed(agent, OPEN_CASES)
+    seed_open_cases(agent, OPEN_CASES)
     queryset = review.case_queue(user=reviewer, tab="all", filters=review.QueueFilters())
     first_page = review.case_queue_page(queryset)
     assert len(first_page.cases) == review.PAGE_SIZE
     deep_anchor = Case.objects.order_by("review_deadline_at", "-value_amount", "pk").values_list(
         "pk", flat=True)[80_000]
 
-    timings = {}
-    for name, params in {
+    for params in {
         "first": {},
         "deep": {"tab": "all", "after": deep_anchor},
         "unclaimed": {"tab": "unclaimed"},
         "filtered": {"tab": "all", "reason": "anomaly", "min_value": "1000"},
-    }.items():
-        started = time.perf_counter()
+    }.values():
         with CaptureQueriesContext(connection) as queries:
             response = ann.get(reverse("review:queue"), params)
-        timings[name] = time.perf_counter() - started
         assert response.status_code == 200
         assert not any("OFFSET" in q["sql"] for q in queries.captured_queries)
         assert len(queries) <= 14, [q["sql"] for q in queries.captured_queries]
 
-    assert all(seconds < 1.0 for seconds in timings.values()), timings
+    # Wall-clock figures are bench/queue_scale.py's job; here, the shape of every query.
     # Both the first page and a deep one are read straight off the partial index, the deep
     # one starting at its anchor (an index condition, not a filter over 80,000 rows).
     first_plan = review._ordered(queryset)[: review.PAGE_SIZE].explain()
