@@ -70,7 +70,11 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 process.kill()
 
-    signal.signal(signal.SIGTERM, lambda *_: (stop_all(), sys.exit(0)))
+    def on_sigterm(*_: object) -> None:
+        stop_all()
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         subprocess.run([*manage, "migrate", "--noinput"], cwd=ROOT, env=env, check=True)
         start("sandbox", [PYTHON, "-m", "sandbox", "--host", "127.0.0.1", "--port",

@@ -34,6 +34,7 @@ def refresh_gauges() -> None:
     near = 0
     unresolved = Operation.objects.filter(status=S.UNKNOWN, key_first_sent_at__isnull=False)
     for provider, first_sent in unresolved.values_list("provider", "key_first_sent_at"):
+        assert first_sent is not None  # filtered on key_first_sent_at__isnull=False
         retention = get_adapter(provider).capabilities.key_retention_seconds
         if retention and first_sent + dt.timedelta(seconds=retention) - now < dt.timedelta(hours=2):
             near += 1

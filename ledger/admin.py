@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import cast
+
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -33,7 +35,8 @@ class OperationEventInline(admin.TabularInline):
     extra = 0
     can_delete = False
     fields = ["created_at", "from_status", "to_status", "actor", "fencing_token", "reason", "data"]
-    readonly_fields = fields
+    # Plain field names only (no fieldset groups), so the same list is the read-only one.
+    readonly_fields = cast("list[str]", fields)
 
     def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False

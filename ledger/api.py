@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
@@ -14,6 +15,7 @@ from rest_framework.views import APIView
 
 from ledger import executor, selectors
 from ledger.api_support import problem
+from ledger.auth import request_agent
 from ledger.models import Operation
 from ledger.serializers import (
     OperationSerializer,
@@ -55,15 +57,17 @@ class OperationSubmitApi(APIView):
         summary="Submit an intent under a stable operation ID",
     )
     def post(self, request: Request) -> Response:
-        serializer = OperationSubmitSerializer(data=request.data)
+        body = request.data
+        serializer = OperationSubmitSerializer(data=body)
         serializer.is_valid(raise_exception=True)
+        assert isinstance(body, Mapping)  # is_valid() has refused a body that is not an object
         data: dict[str, Any] = serializer.validated_data
         try:
             submission = executor.submit(
-                agent=request.user,
+                agent=request_agent(request),
                 operation_id=data["operation_id"],
                 tool_name=data["tool"],
-                params=request.data.get("params"),
+                params=body.get("params"),
                 run_id=data["run_id"],
                 tool_call_id=data["tool_call_id"],
                 customer_ref=data["customer_ref"],
@@ -104,7 +108,7 @@ class OperationSubmitApi(APIView):
 class OperationDetailApi(APIView):
     @extend_schema(responses={200: OperationSerializer}, summary="Read one operation")
     def get(self, request: Request, operation_id: str) -> Response:
-        operation = selectors.operation_get_for_agent(agent=request.user,
+        operation = selectors.operation_get_for_agent(agent=request_agent(request),
                                                       operation_id=operation_id)
         if operation is None:
             return problem(404, title="Not found", detail="No such operation.", code="not_found")
@@ -117,7 +121,8 @@ class RunOperationsApi(APIView):
     @extend_schema(responses={200: RunOperationsSerializer},
                    summary="A run's operations in order, and the first unresolved one")
     def get(self, request: Request, run_id: str) -> Response:
-        operations = list(selectors.operation_list_for_run(agent=request.user, run_id=run_id))
+        operations = list(selectors.operation_list_for_run(agent=request_agent(request),
+                                                            run_id=run_id))
         first_unresolved = next((op for op in operations if not op.is_terminal), None)
         context = {"request": request}
         return Response({

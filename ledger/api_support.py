@@ -75,8 +75,9 @@ def problem(status_code: int, *, title: str, detail: Any, code: str,
 
 def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, DomainProblem):
+        codes = exc.get_codes()
         return problem(exc.status_code, title=exc.title, detail=str(exc.detail),
-                       code=exc.get_codes() if isinstance(exc.get_codes(), str) else "error",
+                       code=codes if isinstance(codes, str) else "error",
                        extra=exc.extra)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
@@ -85,7 +86,7 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         return None
     if isinstance(exc, exceptions.APIException):
         code = exc.default_code
-        detail = exc.detail
+        detail: object = exc.detail
         if isinstance(exc, exceptions.ValidationError):
             title, extra, detail = "Invalid request", {"errors": detail}, "The request is invalid."
         else:

@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Iterable
+from typing import cast
 
 from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions, throttling
@@ -89,6 +90,14 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
 class IsAgent(permissions.BasePermission):
     def has_permission(self, request: Request, view: object) -> bool:
         return isinstance(request.user, AgentCredential)
+
+
+def request_agent(request: Request) -> AgentCredential:
+    """The agent behind a request to a view guarded by IsAgent (the default permission class).
+
+    DRF's stubs type request.user as the Django user model; here AgentTokenAuthentication puts
+    an AgentCredential there and IsAgent has refused every other caller."""
+    return cast(AgentCredential, request.user)
 
 
 class AgentRateThrottle(throttling.SimpleRateThrottle):

@@ -9,7 +9,7 @@ from drf_spectacular.views import SpectacularRedocView
 
 # Redoc renders with styled-components (runtime <style> tags) and a blob: web worker; this
 # page alone allows those. It shows only the public schema, no data.
-DOCS_CSP = {
+DOCS_CSP: dict[str, list[str]] = {
     "default-src": [CSP.SELF],
     "script-src": [CSP.SELF, CSP.NONCE],
     "style-src": [CSP.SELF, CSP.UNSAFE_INLINE],

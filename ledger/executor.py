@@ -218,6 +218,7 @@ def send_claimed(claim: transitions.Claim, *, tool: Tool, actor: str = "") -> Op
 
 def persist_outcome(claim: transitions.Claim, outcome: SendOutcome, *, actor: str) -> Operation:
     operation, token = claim.operation, claim.fencing_token
+    result: Operation | None
     try:
         result = _apply(operation, token, outcome, actor)
     except transitions.StaleFencingToken:

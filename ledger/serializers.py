@@ -79,14 +79,17 @@ class OperationSerializer(serializers.ModelSerializer):
     def get_guidance(self, obj: Operation) -> str:
         return GUIDANCE[S(obj.status)]
 
-    def get_value(self, obj: Operation) -> dict[str, Any] | None:
+    # SerializerMethodField's get_<field> name for `value` shadows Field.get_value(dictionary),
+    # which DRF calls only to read a nested serializer's input. This serializer only renders
+    # output (RunOperationsSerializer nests it for the schema, never to validate input).
+    def get_value(self, obj: Operation) -> dict[str, Any] | None:  # type: ignore[override]
         if obj.value_amount is None:
             return None
         return {"amount": obj.value_amount, "currency": obj.value_currency}
 
     def get_reconciliation(self, obj: Operation) -> dict[str, Any] | None:
         try:
-            case = obj.reconciliation_case  # type: ignore[attr-defined]
+            case = obj.reconciliation_case
         except ObjectDoesNotExist:
             return None
         return case.summary()

@@ -275,6 +275,7 @@ def operation_fail(
 ) -> Operation:
     """in_flight → failed (definitive rejection, fenced), prepared → failed (local pre-send
     check) or unknown → failed (proven absent, or a staff decision)."""
+    expected: frozenset[str]
     if fencing_token is not None:
         expected = frozenset({S.IN_FLIGHT})
     else:

@@ -8,7 +8,7 @@ terminal state, is sent with HTTP 286 so htmx stops polling.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ObjectDoesNotExist
 from django.http import Http404, HttpRequest, HttpResponse
@@ -22,6 +22,9 @@ from django_htmx.http import HttpResponseStopPolling, reswap
 from ledger import selectors
 from ledger.models import Operation
 from ledger.serializers import CUSTOMER_STATUS
+
+if TYPE_CHECKING:
+    from config.http import HtmxHttpRequest
 
 S = Operation.Status
 
@@ -74,7 +77,7 @@ _ASKED_PROVIDER = ("lookup", "staff_check", "resend")
 def _last_checked(operation: Operation) -> Any:
     """When we last asked the provider: the reconciler's last check or a reviewer's lookup."""
     try:
-        case = operation.reconciliation_case  # type: ignore[attr-defined]
+        case = operation.reconciliation_case
     except ObjectDoesNotExist:
         return operation.updated_at
     latest_evidence = (
@@ -94,7 +97,7 @@ def _int_param(request: HttpRequest, name: str) -> int:
 
 @require_GET
 @never_cache
-def status_page(request: HttpRequest, token: str) -> HttpResponse:
+def status_page(request: HtmxHttpRequest, token: str) -> HttpResponse:
     operation = selectors.operation_get_by_status_token(token)
     if operation is None:
         # The same plain 404 for a wrong, guessed or malformed link: nothing to tell apart.

@@ -3,7 +3,7 @@ transitions and services as the reconciler and the review queue."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
@@ -19,7 +19,8 @@ class _ReadOnlyInline(admin.TabularInline):
     show_change_link = False
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return list(self.fields or [])
+        # The inlines below list plain field names only, never fieldset groups.
+        return list(cast("list[str]", self.fields or []))
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -156,6 +157,7 @@ class DecisionAdmin(_ReadOnlyAdmin):
 from django.contrib.admin.options import ActionLocation  # noqa: E402
 from django.template.response import TemplateResponse  # noqa: E402
 
+from config.http import authenticated_user  # noqa: E402
 from reconciliation import review  # noqa: E402
 from reconciliation.forms import ApprovalForm  # noqa: E402
 
@@ -179,9 +181,10 @@ def claim_for_me(modeladmin: admin.ModelAdmin, request: HttpRequest,
                  queryset: QuerySet[Case]) -> None:
     case = _one_case(queryset)
     try:
-        review.case_claim(case_id=case.pk, user=request.user)
+        review.case_claim(case_id=case.pk, user=authenticated_user(request))
     except review.ReviewError as error:
-        return _refused(modeladmin, request, error)
+        _refused(modeladmin, request, error)
+        return
     modeladmin.message_user(request, f"You hold case {case.pk} for 15 minutes.", messages.INFO)
 
 
@@ -191,9 +194,10 @@ def release_my_claim(modeladmin: admin.ModelAdmin, request: HttpRequest,
                      queryset: QuerySet[Case]) -> None:
     case = _one_case(queryset)
     try:
-        review.case_release(case_id=case.pk, user=request.user)
+        review.case_release(case_id=case.pk, user=authenticated_user(request))
     except review.ReviewError as error:
-        return _refused(modeladmin, request, error)
+        _refused(modeladmin, request, error)
+        return
     modeladmin.message_user(request, f"Case {case.pk} released.", messages.INFO)
 
 
@@ -224,15 +228,17 @@ def _decide(action: str, action_name: str, title: str) -> Any:
             return _decision_page(modeladmin, request, case, action=action,
                                   action_name=action_name, title=title, form=form)
         data = form.cleaned_data
+        user = authenticated_user(request)
         try:
             # Deciding needs the claim: take it (refused while another reviewer holds it).
-            review.case_claim(case_id=case.pk, user=request.user)
+            review.case_claim(case_id=case.pk, user=user)
             outcome = review.case_decide(
-                case_id=case.pk, user=request.user, action=action,
+                case_id=case.pk, user=user, action=action,
                 reason_code=data["reason_code"], note=data["note"],
                 params_hash=data["params_hash"])
         except review.ReviewError as error:
-            return _refused(modeladmin, request, error)
+            _refused(modeladmin, request, error)
+            return None
         modeladmin.message_user(request, outcome.message, messages.SUCCESS)
         return None
 
@@ -267,14 +273,16 @@ def approve_pending(modeladmin: admin.ModelAdmin, request: HttpRequest,
         return _decision_page(modeladmin, request, case, action=pending.action,
                               action_name="approve_pending", title=title, form=form,
                               pending=pending)
+    user = authenticated_user(request)
     try:
-        review.case_claim(case_id=case.pk, user=request.user)
+        review.case_claim(case_id=case.pk, user=user)
         outcome = review.decision_approve(
-            decision_id=pending.pk, user=request.user,
+            decision_id=pending.pk, user=user,
             reason_code=form.cleaned_data["reason_code"], note=form.cleaned_data["note"],
             params_hash=form.cleaned_data["params_hash"])
     except review.ReviewError as error:
-        return _refused(modeladmin, request, error)
+        _refused(modeladmin, request, error)
+        return None
     modeladmin.message_user(request, f"2 of 2 approvals. {outcome.message}", messages.SUCCESS)
     return None
 

@@ -23,6 +23,13 @@ def _money_to_minor(value: Decimal | None) -> int | None:
         return None
 
 
+def _choice_field(form: forms.BaseForm, name: str) -> forms.ChoiceField:
+    """One of the form's ChoiceFields, typed as such (form.fields holds any Field)."""
+    field = form.fields[name]
+    assert isinstance(field, forms.ChoiceField)
+    return field
+
+
 class QueueFilterForm(forms.Form):
     """The queue's filters; they live in the query string so a view can be shared."""
 
@@ -40,10 +47,10 @@ class QueueFilterForm(forms.Form):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         anything = [("", "Any")]
-        self.fields["tool"].choices = anything + review.tool_choices()
-        self.fields["provider"].choices = anything + review.provider_choices()
-        self.fields["reason"].choices = anything + review.review_reason_choices()
-        self.fields["age"].choices = anything + [
+        _choice_field(self, "tool").choices = anything + review.tool_choices()
+        _choice_field(self, "provider").choices = anything + review.provider_choices()
+        _choice_field(self, "reason").choices = anything + review.review_reason_choices()
+        _choice_field(self, "age").choices = anything + [
             (key, label) for key, (label, _) in review.AGE_FILTERS.items()
         ]
 
@@ -83,7 +90,7 @@ class _ReasonedForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["reason_code"].choices = _reason_choices()
+        _choice_field(self, "reason_code").choices = _reason_choices()
 
     def clean_note(self) -> str:
         note = self.cleaned_data["note"].strip()
@@ -104,6 +111,7 @@ class DecisionForm(_ReasonedForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        assert data is not None  # Form.clean() returns cleaned_data
         action, code = data.get("action"), data.get("reason_code")
         if action == Action.RESEND and not self.resend_allowed:
             self.add_error("action", "Re-sending is only possible while the provider still "
@@ -120,6 +128,7 @@ class ApprovalForm(_ReasonedForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        assert data is not None  # Form.clean() returns cleaned_data
         code = data.get("reason_code")
         if code and code not in {c for c, _ in review.reason_choices(self.action)}:
             self.add_error("reason_code", "This reason does not fit the proposed decision.")

@@ -24,9 +24,8 @@ import datetime as dt
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, F, OuterRef, Prefetch, Q, QuerySet
 from django.utils import timezone
@@ -37,6 +36,10 @@ from ledger.providers import get_adapter
 from ledger.tools import REGISTRY, Tool, UnknownTool, get_tool
 from reconciliation import reconciler, services, transitions
 from reconciliation.models import Case, CaseEvent, Decision, Evidence
+
+if TYPE_CHECKING:
+    # The project's user model (AUTH_USER_MODEL is not swapped): claims and decisions point at it.
+    from django.contrib.auth.models import User
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +95,7 @@ def review_reason_label(code: str) -> str:
     return REVIEW_REASONS.get(code, code.replace("_", " ").capitalize() or "Escalated")
 
 
-def staff_actor(user: AbstractBaseUser) -> str:
+def staff_actor(user: User) -> str:
     return f"staff:{user.get_username()}"
 
 
@@ -148,7 +151,7 @@ def claim_is_live(case: Case, now: dt.datetime | None = None) -> bool:
     return bool(case.claimed_by_id and case.claim_expires_at and case.claim_expires_at > now)
 
 
-def holds_claim(case: Case, user: AbstractBaseUser, now: dt.datetime | None = None) -> bool:
+def holds_claim(case: Case, user: User, now: dt.datetime | None = None) -> bool:
     return claim_is_live(case, now) and case.claimed_by_id == user.pk
 
 
@@ -164,7 +167,7 @@ def _held_elsewhere(case: Case) -> ClaimConflict:
     )
 
 
-def case_claim(*, case_id: int, user: AbstractBaseUser, now: dt.datetime | None = None) -> Case:
+def case_claim(*, case_id: int, user: User, now: dt.datetime | None = None) -> Case:
     """Take (or renew) the exclusive claim on an open case.
 
     One conditional UPDATE decides the race: it only matches a case nobody holds, whose claim
@@ -190,14 +193,17 @@ def case_claim(*, case_id: int, user: AbstractBaseUser, now: dt.datetime | None 
             raise _held_elsewhere(case)
         if not holds_claim(before, user, now):
             # A renewal by the holder is not news; taking the case is.
+            # touched == 1: the UPDATE above set the claim's expiry.
+            assert case.claim_expires_at is not None
             data: dict[str, Any] = {"expires_at": case.claim_expires_at.isoformat()}
             if claim_is_live(before, now) is False and before.claimed_by_id:
+                assert before.claimed_by is not None  # claimed_by_id is set (select_related)
                 data["expired_claim_of"] = before.claimed_by.get_username()
             _case_event(case, actor=staff_actor(user), reason="claimed", data=data)
     return case
 
 
-def case_release(*, case_id: int, user: AbstractBaseUser, now: dt.datetime | None = None) -> Case:
+def case_release(*, case_id: int, user: User, now: dt.datetime | None = None) -> Case:
     """Give up one's own claim. Releasing a case one does not hold is refused, never silent."""
     now = now or timezone.now()
     with transaction.atomic():
@@ -213,7 +219,7 @@ def case_release(*, case_id: int, user: AbstractBaseUser, now: dt.datetime | Non
     return case  # nobody holds it: already released
 
 
-def _require_claim(case: Case, user: AbstractBaseUser, now: dt.datetime) -> None:
+def _require_claim(case: Case, user: User, now: dt.datetime) -> None:
     if holds_claim(case, user, now):
         return
     if claim_is_live(case, now):
@@ -293,7 +299,7 @@ def _locked_case(case_id: int) -> Case:
 
 
 def _validate_decision(
-    case: Case, *, user: AbstractBaseUser, action: str, reason_code: str, note: str,
+    case: Case, *, user: User, action: str, reason_code: str, note: str,
     params_hash: str, now: dt.datetime,
 ) -> None:
     if case.state != State.AWAITING_REVIEW:
@@ -329,7 +335,7 @@ def _create_decision(**values: Any) -> Decision:
 
 
 def case_decide(
-    *, case_id: int, user: AbstractBaseUser, action: str, reason_code: str, note: str,
+    *, case_id: int, user: User, action: str, reason_code: str, note: str,
     params_hash: str, now: dt.datetime | None = None,
 ) -> DecisionOutcome:
     """Record a reviewer's decision; apply it now, or hold it for a second approval."""
@@ -368,7 +374,7 @@ def case_decide(
 
 
 def decision_approve(
-    *, decision_id: int, user: AbstractBaseUser, reason_code: str, note: str, params_hash: str,
+    *, decision_id: int, user: User, reason_code: str, note: str, params_hash: str,
     now: dt.datetime | None = None,
 ) -> DecisionOutcome:
     """The second pair of eyes: a different reviewer approves the same action."""
@@ -405,7 +411,7 @@ def decision_approve(
 
 
 def decision_withdraw(
-    *, decision_id: int, user: AbstractBaseUser, note: str = "", now: dt.datetime | None = None,
+    *, decision_id: int, user: User, note: str = "", now: dt.datetime | None = None,
 ) -> Decision:
     """Withdraw a proposal waiting for its second approval (the proposer's change of mind, or
     a second reviewer declining it). Needs the claim like every other decision."""
@@ -477,7 +483,7 @@ def _drop_claim(case: Case, now: dt.datetime) -> None:
 
 
 def _apply_resolution(
-    case: Case, *, decisions: list[Decision], user: AbstractBaseUser
+    case: Case, *, decisions: list[Decision], user: User
 ) -> Operation:
     """Confirm → succeeded, reject → failed; case_resolve moves the case and its operation in
     one commit and refuses a decision made on other params."""
@@ -514,7 +520,7 @@ def _known_provider_request_id(case: Case) -> str:
 
 # --- re-send with the same key -----------------------------------------------------------
 
-def _claim_for_resend(case: Case, *, user: AbstractBaseUser) -> ledger_transitions.Claim:
+def _claim_for_resend(case: Case, *, user: User) -> ledger_transitions.Claim:
     """unknown → in_flight in the decision's own transaction: the decision and the claim that
     carries it out commit together, so a recorded re-send is never left unsent by a race."""
     operation = case.operation
@@ -529,7 +535,7 @@ def _claim_for_resend(case: Case, *, user: AbstractBaseUser) -> ledger_transitio
 
 
 def _resend(
-    case: Case, claim: ledger_transitions.Claim, *, decision: Decision, user: AbstractBaseUser
+    case: Case, claim: ledger_transitions.Claim, *, decision: Decision, user: User
 ) -> Operation:
     """Send with the stored key outside any transaction, then persist the fenced outcome and
     its evidence together (the ledger's signal resolves the case when the answer is final)."""
@@ -555,7 +561,7 @@ CHECK_OUTCOMES = {
 }
 
 
-def case_check_provider(*, case_id: int, user: AbstractBaseUser) -> Evidence:
+def case_check_provider(*, case_id: int, user: User) -> Evidence:
     """Run one lookup now and keep it as evidence (the reconciliation service; an answer that
     proves the outcome resolves the case, anything else is evidence only)."""
     case = Case.objects.select_related("operation").get(pk=case_id)
@@ -564,7 +570,7 @@ def case_check_provider(*, case_id: int, user: AbstractBaseUser) -> Evidence:
     return services.case_check_now(case=case, actor=staff_actor(user), user=user)
 
 
-def case_add_note(*, case_id: int, user: AbstractBaseUser, text: str) -> CaseEvent:
+def case_add_note(*, case_id: int, user: User, text: str) -> CaseEvent:
     text = text.strip()
     if not text:
         raise InvalidDecision("Write something in the note first.")
@@ -618,7 +624,7 @@ def _pending_decisions() -> Prefetch:
     )
 
 
-def case_queue(*, user: AbstractBaseUser, tab: str, filters: QueueFilters,
+def case_queue(*, user: User, tab: str, filters: QueueFilters,
                now: dt.datetime | None = None) -> QuerySet[Case]:
     """Cases awaiting review for one tab, filtered, in the queue's order (not yet paginated)."""
     now = now or timezone.now()
@@ -724,7 +730,8 @@ def case_queue_page(
     size = size or PAGE_SIZE
     queryset = queryset.select_related("operation", "operation__agent", "claimed_by")
     queryset = queryset.prefetch_related(_pending_decisions())
-    anchor = Case.objects.filter(pk=after or before).first() if (after or before) else None
+    anchor_pk = after or before
+    anchor = Case.objects.filter(pk=anchor_pk).first() if anchor_pk else None
     if anchor is not None and before:
         rows = list(_ordered(queryset.filter(_before(anchor)), reverse=True)[: size + 1])
         has_more_before = len(rows) > size
@@ -758,7 +765,7 @@ def bounded_count(queryset: QuerySet[Any], bound: int | None = None) -> tuple[in
     return min(count, bound), count > bound
 
 
-def case_tab_counts(*, user: AbstractBaseUser, filters: QueueFilters,
+def case_tab_counts(*, user: User, filters: QueueFilters,
                     now: dt.datetime | None = None) -> dict[str, tuple[int, bool]]:
     now = now or timezone.now()
     return {tab: bounded_count(case_queue(user=user, tab=tab, filters=filters, now=now))

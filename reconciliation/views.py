@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from django.conf import settings
@@ -27,6 +27,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from config.http import HtmxHttpRequest
 from reconciliation import review
 from reconciliation.forms import (
     ApprovalForm,
@@ -37,10 +38,23 @@ from reconciliation.forms import (
 )
 from reconciliation.models import Case, Decision
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
 REVIEW_PERMISSION = "reconciliation.review_case"
 FILTER_NAMES = ("tool", "provider", "reason", "min_value", "max_value", "age")
 
 View = Callable[..., HttpResponse]
+
+
+class ReviewRequest(HtmxHttpRequest):
+    """For the type checker: a request that review_required let through, from a signed-in,
+    active staff member with the review permission. Never instantiated."""
+
+    user: User
+    # Notices for this response's out-of-band live region; set by _notify on htmx requests
+    # only, so they are read with getattr.
+    _review_notices: list[dict[str, str]]
 
 
 def may_review(user: Any) -> bool:
@@ -53,7 +67,7 @@ def review_required(view: View) -> View:
     signed-in users without staff status and the review permission get 403."""
 
     @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def wrapped(request: HtmxHttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if not request.user.is_authenticated:
             back = request.get_full_path() if request.method == "GET" else reverse("review:queue")
             if request.htmx:
@@ -71,11 +85,11 @@ def review_required(view: View) -> View:
 
 # --- telling the reviewer what happened --------------------------------------------------
 
-def _notify(request: HttpRequest, level: str, text: str) -> None:
+def _notify(request: ReviewRequest, level: str, text: str) -> None:
     """With htmx the notice goes out of band into the live region of this response; without,
     it waits in the session for the page the redirect leads to."""
     if request.htmx:
-        request._review_notices = [*getattr(request, "_review_notices", []),  # type: ignore[attr-defined]
+        request._review_notices = [*getattr(request, "_review_notices", []),
                                    {"level": level, "text": text}]
     else:
         messages.add_message(request, getattr(messages, level.upper()), text)
@@ -117,7 +131,7 @@ def _int(value: str | None) -> int | None:
 
 @require_GET
 @review_required
-def queue(request: HttpRequest) -> HttpResponse:
+def queue(request: ReviewRequest) -> HttpResponse:
     tab = request.GET.get("tab", review.DEFAULT_TAB)
     if tab not in review.TABS:
         tab = review.DEFAULT_TAB
@@ -151,7 +165,7 @@ def queue(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @review_required
-def new_arrivals(request: HttpRequest) -> HttpResponse:
+def new_arrivals(request: ReviewRequest) -> HttpResponse:
     """Polled by the queue: "N new — refresh". Never inserts rows under the reviewer's
     cursor; the reviewer decides when to reload."""
     since = _int(request.GET.get("since")) or 0
@@ -177,11 +191,13 @@ def _case_or_404(pk: int) -> Case:
         raise Http404("No such case.") from None
 
 
-def _case_context(request: HttpRequest, case: Case, **forms: Any) -> dict[str, Any]:
+def _case_context(request: ReviewRequest, case: Case, **forms: Any) -> dict[str, Any]:
     now = timezone.now()
     operation = case.operation
     panel = review.case_evidence(case)
-    pending = case.pending_decisions[0] if getattr(case, "pending_decisions", None) else None
+    # Prefetched (to_attr) by case_get_for_review.
+    pending_decisions: list[Decision] | None = getattr(case, "pending_decisions", None)
+    pending = pending_decisions[0] if pending_decisions else None
     holds = review.holds_claim(case, request.user, now)
     initial = {"params_hash": operation.params_hash}
     context = {
@@ -206,7 +222,7 @@ def _case_context(request: HttpRequest, case: Case, **forms: Any) -> dict[str, A
     return context
 
 
-def _render_case(request: HttpRequest, case_pk: int, *, status: int = 200,
+def _render_case(request: ReviewRequest, case_pk: int, *, status: int = 200,
                  **forms: Any) -> HttpResponse:
     case = _case_or_404(case_pk)
     context = _case_context(request, case, **forms)
@@ -217,14 +233,14 @@ def _render_case(request: HttpRequest, case_pk: int, *, status: int = 200,
 
 @require_GET
 @review_required
-def case_detail(request: HttpRequest, pk: int) -> HttpResponse:
+def case_detail(request: ReviewRequest, pk: int) -> HttpResponse:
     if request.htmx:
         return _render_case(request, pk)
     case = _case_or_404(pk)
     return render(request, "reconciliation/case.html", _case_context(request, case))
 
 
-def _after_action(request: HttpRequest, case_pk: int, *, error: review.ReviewError | None = None,
+def _after_action(request: ReviewRequest, case_pk: int, *, error: review.ReviewError | None = None,
                   **forms: Any) -> HttpResponse:
     """Success: redirect (no JS) or the fresh case body (htmx). Refusal: the page or body
     re-rendered with the message, 409 or 422."""
@@ -240,7 +256,7 @@ def _after_action(request: HttpRequest, case_pk: int, *, error: review.ReviewErr
 
 # --- claims ----------------------------------------------------------------------------------
 
-def _claim_response(request: HttpRequest, case_pk: int, *, error: review.ReviewError | None,
+def _claim_response(request: ReviewRequest, case_pk: int, *, error: review.ReviewError | None,
                     ) -> HttpResponse:
     if request.POST.get("from") != "queue":
         return _after_action(request, case_pk, error=error)
@@ -258,7 +274,7 @@ def _claim_response(request: HttpRequest, case_pk: int, *, error: review.ReviewE
 
 @require_POST
 @review_required
-def claim(request: HttpRequest, pk: int) -> HttpResponse:
+def claim(request: ReviewRequest, pk: int) -> HttpResponse:
     try:
         case = review.case_claim(case_id=pk, user=request.user)
     except Case.DoesNotExist:
@@ -272,7 +288,7 @@ def claim(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @review_required
-def release(request: HttpRequest, pk: int) -> HttpResponse:
+def release(request: ReviewRequest, pk: int) -> HttpResponse:
     try:
         review.case_release(case_id=pk, user=request.user)
     except Case.DoesNotExist:
@@ -287,7 +303,7 @@ def release(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @review_required
-def decide(request: HttpRequest, pk: int) -> HttpResponse:
+def decide(request: ReviewRequest, pk: int) -> HttpResponse:
     case = _case_or_404(pk)
     panel_allows_resend = review.resend_allowed(case.operation)
     form = DecisionForm(request.POST, resend_allowed=panel_allows_resend)
@@ -315,7 +331,7 @@ def _decision_or_404(pk: int) -> Decision:
 
 @require_POST
 @review_required
-def approve(request: HttpRequest, pk: int) -> HttpResponse:
+def approve(request: ReviewRequest, pk: int) -> HttpResponse:
     proposal = _decision_or_404(pk)
     form = ApprovalForm(request.POST, action=proposal.action)
     if not form.is_valid():
@@ -335,7 +351,7 @@ def approve(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @review_required
-def withdraw(request: HttpRequest, pk: int) -> HttpResponse:
+def withdraw(request: ReviewRequest, pk: int) -> HttpResponse:
     proposal = _decision_or_404(pk)
     form = WithdrawForm(request.POST)
     form.is_valid()
@@ -354,7 +370,7 @@ def withdraw(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @review_required
-def check_provider(request: HttpRequest, pk: int) -> HttpResponse:
+def check_provider(request: ReviewRequest, pk: int) -> HttpResponse:
     try:
         evidence = review.case_check_provider(case_id=pk, user=request.user)
     except Case.DoesNotExist:
@@ -371,7 +387,7 @@ def check_provider(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @review_required
-def add_note(request: HttpRequest, pk: int) -> HttpResponse:
+def add_note(request: ReviewRequest, pk: int) -> HttpResponse:
     _case_or_404(pk)
     form = NoteForm(request.POST)
     if not form.is_valid():

@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     smtp_server = None if args.smtp_port is None else _start_smtp(args.host, args.smtp_port,
                                                                   sandbox)
     host, port = server.server_address[:2]
+    assert isinstance(host, str)  # an AF_INET/AF_INET6 socket names its host as a str
     # SandboxServer (sandbox.testing) waits for exactly this line to learn the port.
     print(f"sandbox listening on http://{host}:{port} db={db}", file=sys.stderr, flush=True)
     signal.signal(signal.SIGTERM, _stop)
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 def _start_smtp(host: str, port: int, sandbox: Sandbox) -> SmtpServer:
     smtp_server = make_smtp_server(host, port, sandbox)
     smtp_host, smtp_port = smtp_server.server_address[:2]
+    assert isinstance(smtp_host, str)  # an AF_INET/AF_INET6 socket names its host as a str
     sandbox.smtp_port = int(smtp_port)
     threading.Thread(target=smtp_server.serve_forever, name="smtp", daemon=True).start()
     # Printed before the HTTP line, which SandboxServer takes to mean "started".

@@ -64,7 +64,8 @@ def classify_response(response: httpx.Response) -> SendOutcome:
             provider_request_id=str(body.get("id") or response.headers.get("Request-Id", "")),
             replayed=response.headers.get("Idempotent-Replayed", "").lower() == "true",
         )
-    error = body.get("error") if isinstance(body.get("error"), dict) else {}
+    raw_error = body.get("error")
+    error: dict[str, Any] = raw_error if isinstance(raw_error, dict) else {}
     code = str(error.get("code") or error.get("type") or status)
     if status == 409:
         # The provider is still executing the original request with this key.
