@@ -135,12 +135,31 @@ class AppendOnlyError(Exception):
     pass
 
 
-class OperationEvent(models.Model):
+class AppendOnlyModel(models.Model):
+    """Rows that are written once and never changed or deleted (events, evidence)."""
+
+    append_only_label = "Rows"
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None:
+            raise AppendOnlyError(f"{self.append_only_label} are append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise AppendOnlyError(f"{self.append_only_label} are append-only.")
+
+
+class OperationEvent(AppendOnlyModel):
     """One row per change of an operation, written in the same transaction as the change.
 
     Rows with from_status == to_status record facts that are not transitions (a stale result
     kept as evidence, a new tool-call ID seen).
     """
+
+    append_only_label = "Operation events"
 
     operation = models.ForeignKey(Operation, on_delete=models.PROTECT, related_name="events")
     from_status = models.CharField(max_length=16, blank=True)
@@ -157,10 +176,3 @@ class OperationEvent(models.Model):
     def __str__(self) -> str:
         return f"{self.operation_id}: {self.from_status or '∅'} → {self.to_status} ({self.reason})"
 
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        if self.pk is not None:
-            raise AppendOnlyError("Operation events are append-only.")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
-        raise AppendOnlyError("Operation events are append-only.")

@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from ledger.models import AppendOnlyError, Operation
+from ledger.models import AppendOnlyModel, Operation
 
 
 class Case(models.Model):
@@ -86,7 +86,9 @@ class Case(models.Model):
         }
 
 
-class CaseEvent(models.Model):
+class CaseEvent(AppendOnlyModel):
+    append_only_label = "Case events"
+
     case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="events")
     from_state = models.CharField(max_length=20, blank=True)
     to_state = models.CharField(max_length=20)
@@ -101,17 +103,13 @@ class CaseEvent(models.Model):
     def __str__(self) -> str:
         return f"{self.case_id}: {self.from_state or '∅'} → {self.to_state} ({self.reason})"
 
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        _append_only(self, "Case events")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
-        raise AppendOnlyError("Case events are append-only.")
 
 
-class Evidence(models.Model):
+class Evidence(AppendOnlyModel):
     """Every provider call or lookup made while resolving a case: what was asked, what came
     back, when."""
+
+    append_only_label = "Evidence rows"
 
     case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="evidence")
     kind = models.CharField(max_length=32)  # lookup, resend, stale_result, staff_check
@@ -130,17 +128,6 @@ class Evidence(models.Model):
     def __str__(self) -> str:
         return f"{self.kind} on case {self.case_id}: {self.outcome}"
 
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        _append_only(self, "Evidence rows")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
-        raise AppendOnlyError("Evidence rows are append-only.")
-
-
-def _append_only(row: models.Model, what: str) -> None:
-    if row.pk is not None:
-        raise AppendOnlyError(f"{what} are append-only.")
 
 
 class Decision(models.Model):
