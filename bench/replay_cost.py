@@ -14,7 +14,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,7 +36,6 @@ def main() -> None:
     django.setup()
     from django.core.management import call_command
     from django.db import connection
-    from django.test.utils import CaptureQueriesContext
     from rest_framework.test import APIClient
 
     from ledger.auth import agent_create
@@ -53,31 +55,38 @@ def main() -> None:
         from django.conf import settings
 
         settings.SANDBOX_URL = sandbox.url
-        fresh, replay = [], []
-        with CaptureQueriesContext(connection) as q, mock.patch.object(
-            connection, "commit", wraps=connection.commit
-        ) as commits:
-            for i in range(args.operations):
-                started = time.perf_counter()
-                assert client.post("/api/v1/operations", body(i), format="json").status_code == 201
-                fresh.append(time.perf_counter() - started)
-        fresh_queries, fresh_commits = len(q.captured_queries), commits.call_count
-        with CaptureQueriesContext(connection) as q, mock.patch.object(
-            connection, "commit", wraps=connection.commit
-        ) as commits:
-            for i in range(args.operations):
-                started = time.perf_counter()
-                assert client.post("/api/v1/operations", body(i), format="json").status_code == 200
-                replay.append(time.perf_counter() - started)
-        replay_queries, replay_commits = len(q.captured_queries), commits.call_count
+        fresh = _pass(client, body, args.operations, expect=201)
+        replay = _pass(client, body, args.operations, expect=200)
 
-    n = args.operations
-    print(f"database: {connection.vendor}, operations: {n}")
-    print(f"fresh : median {statistics.median(fresh) * 1000:7.2f} ms   "
-          f"queries/call {fresh_queries / n:.2f}   commits/call {fresh_commits / n:.2f}")
-    print(f"replay: median {statistics.median(replay) * 1000:7.2f} ms   "
-          f"queries/call {replay_queries / n:.2f}   commits/call {replay_commits / n:.2f}")
-    print(f"replay/fresh time ratio: {statistics.median(replay) / statistics.median(fresh):.3f}")
+    print(f"database: {connection.vendor}, operations: {args.operations}")
+    for name, figures in (("fresh ", fresh), ("replay", replay)):
+        print(f"{name}: median {figures.median_ms:7.2f} ms   queries/call "
+              f"{figures.queries_per_call:.2f}   commits/call {figures.commits_per_call:.2f}")
+    print(f"replay/fresh time ratio: {replay.median_ms / fresh.median_ms:.3f}")
+
+
+@dataclass(frozen=True)
+class Figures:
+    median_ms: float
+    queries_per_call: float
+    commits_per_call: float
+
+
+def _pass(client: Any, body: Callable[[int], dict], count: int, *, expect: int) -> Figures:
+    """Submit body(0..count-1) once each, counting time, queries and commits."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    seconds = []
+    with CaptureQueriesContext(connection) as queries, mock.patch.object(
+        connection, "commit", wraps=connection.commit
+    ) as commits:
+        for i in range(count):
+            started = time.perf_counter()
+            assert client.post("/api/v1/operations", body(i), format="json").status_code == expect
+            seconds.append(time.perf_counter() - started)
+    return Figures(statistics.median(seconds) * 1000, len(queries.captured_queries) / count,
+                   commits.call_count / count)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.request import Request
@@ -22,7 +21,6 @@ from ledger.serializers import (
     OperationSubmitSerializer,
     RunOperationsSerializer,
 )
-from ledger.tasks import execute_operation
 
 
 def _resource(operation: Operation, request: Request, *, status_code: int,
@@ -88,10 +86,6 @@ class OperationSubmitApi(APIView):
                 ),
                 extra={"differences": exc.differences},
             )
-        if (submission.disposition is executor.Disposition.CREATED
-                and submission.operation.status == Operation.Status.PREPARED):
-            pk = submission.operation.pk
-            transaction.on_commit(lambda: execute_operation.delay(pk))
         return self._respond(submission, request)
 
     def _respond(self, submission: executor.Submission, request: Request) -> Response:

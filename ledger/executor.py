@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from ledger import metrics, selectors, transitions
@@ -144,9 +145,19 @@ def submit(
     else:
         operation, created = transitions.operation_record(agent=agent, values=values)
         if created:
+            _enqueue_after_commit(operation)
             return Submission(operation, Disposition.CREATED)
     return _resubmitted(operation, values=values, tool=tool, agent=agent,
                         tool_call_id=tool_call_id, execute=execute)
+
+
+def _enqueue_after_commit(operation: Operation) -> None:
+    """A worker sends it once the row is committed (inside a caller's transaction, after it).
+    A lost message is not lost work: the unsent sweeper sends prepared rows nobody sent."""
+    from ledger.tasks import execute_operation  # the task module imports this one
+
+    pk = operation.pk
+    transaction.on_commit(lambda: execute_operation.delay(pk))
 
 
 def _resubmitted(

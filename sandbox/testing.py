@@ -27,6 +27,16 @@ LISTENING = re.compile(r"sandbox listening on (http://\S+)")
 SMTP_LISTENING = re.compile(r"sandbox smtp listening on \S+:(\d+)")
 
 
+def stop_process(process: subprocess.Popen[bytes], *, timeout: float) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 class SandboxServer:
     """`python -m sandbox` on a free 127.0.0.1 port with a fresh temporary database; with
     `smtp=True` its SMTP listener too, on another free port (`smtp_port`)."""
@@ -121,12 +131,7 @@ class SandboxServer:
     def stop(self) -> None:
         process, self._process = self._process, None
         if process is not None:
-            process.terminate()
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_process(process, timeout=5)
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None

@@ -41,6 +41,15 @@ def _celery_messages_stay_in_this_process() -> Iterator[None]:
     app.conf.broker_url, app.conf.broker_transport_options = saved
 
 
+@pytest.fixture
+def frozen(time_machine: Any) -> Any:
+    """The clock stopped at now; tests move it with frozen.shift() or frozen.move_to()."""
+    from django.utils import timezone
+
+    time_machine.move_to(timezone.now(), tick=False)
+    return time_machine
+
+
 @pytest.fixture(scope="session")
 def sandbox_server() -> Iterator[SandboxServer]:
     with SandboxServer(env={"SANDBOX_TIMEOUT_SLEEP_SECONDS": "2"}, smtp=True) as server:

@@ -95,14 +95,12 @@ def test_same_key_is_sent_on_every_attempt(agent, sandbox, sandbox_server, refus
     assert effect["idempotency_key"] == operation.idempotency_key
 
 
-def test_expired_lease_found_on_resubmission_becomes_unknown(agent, sandbox, time_machine):
-    from django.utils import timezone
+def test_expired_lease_found_on_resubmission_becomes_unknown(agent, sandbox, frozen):
 
     from tests.ledger.factories import in_flight
 
-    time_machine.move_to(timezone.now(), tick=False)
     in_flight(agent, OP, lease_seconds=30, amount=2500, memo="ok")
-    time_machine.shift(31)
+    frozen.shift(31)
 
     submission = submit(agent)
 
@@ -149,16 +147,14 @@ def test_other_tools_execute_against_their_providers(agent, sandbox, tool_name):
     assert effect["idempotency_key"] == expected_key
 
 
-def test_late_confirmation_after_the_lease_sweeper_proves_success(agent, sandbox, time_machine):
-    from django.utils import timezone
+def test_late_confirmation_after_the_lease_sweeper_proves_success(agent, sandbox, frozen):
 
     from ledger import transitions
     from ledger.providers.base import Confirmed
     from tests.ledger.factories import in_flight
 
-    time_machine.move_to(timezone.now(), tick=False)
     operation, token = in_flight(agent, OP, lease_seconds=30)
-    time_machine.shift(31)
+    frozen.shift(31)
     transitions.operation_expire_lease(operation=Operation.objects.get(pk=operation.pk))
 
     result = executor.persist_outcome(
@@ -169,16 +165,14 @@ def test_late_confirmation_after_the_lease_sweeper_proves_success(agent, sandbox
     assert reasons(result)[-1] == "late_confirmation"
 
 
-def test_late_unknown_after_the_lease_sweeper_changes_nothing(agent, sandbox, time_machine):
-    from django.utils import timezone
+def test_late_unknown_after_the_lease_sweeper_changes_nothing(agent, sandbox, frozen):
 
     from ledger import transitions
     from ledger.providers.base import Unknown
     from tests.ledger.factories import in_flight
 
-    time_machine.move_to(timezone.now(), tick=False)
     operation, token = in_flight(agent, OP, lease_seconds=30)
-    time_machine.shift(31)
+    frozen.shift(31)
     transitions.operation_expire_lease(operation=Operation.objects.get(pk=operation.pk))
     events = reasons(operation)
 

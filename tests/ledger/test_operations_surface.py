@@ -57,12 +57,10 @@ def test_admin_operation_page_shows_status_read_only(admin_client_logged_in, age
 
 
 def test_admin_action_expires_leases_through_the_transition(admin_client_logged_in, agent,
-                                                             time_machine):
-    from django.utils import timezone
+                                                             frozen):
 
-    time_machine.move_to(timezone.now(), tick=False)
     operation = in_state(agent, "in_flight")
-    time_machine.shift(3600)
+    frozen.shift(3600)
     admin_client_logged_in.post("/admin/ledger/operation/", {
         "action": "expire_leases", "_selected_action": [operation.pk]})
     operation.refresh_from_db()

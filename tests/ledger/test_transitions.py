@@ -3,7 +3,6 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from django.utils import timezone
 
 from ledger import transitions
 from ledger.models import Operation, OperationEvent
@@ -163,12 +162,11 @@ def test_stale_result_after_newer_attempt_finished_is_rejected(agent):
     assert Operation.objects.get(pk=operation.pk).status == S.FAILED
 
 
-def test_lease_expiry_moves_in_flight_to_unknown_only_after_the_lease(agent, time_machine):
-    time_machine.move_to(timezone.now(), tick=False)
+def test_lease_expiry_moves_in_flight_to_unknown_only_after_the_lease(agent, frozen):
     operation, _ = in_flight(agent, lease_seconds=30)
     assert transitions.operation_expire_lease(operation=operation).status == S.IN_FLIGHT
 
-    time_machine.shift(31)
+    frozen.shift(31)
     expired = transitions.operation_expire_lease(operation=Operation.objects.get(pk=operation.pk))
 
     assert expired.status == S.UNKNOWN

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from django.utils import timezone
-
 from ledger import executor
 from ledger.models import Operation
 from tests.conftest import refund_params
@@ -10,9 +8,8 @@ OP = "wf-81:invoice-17:refund-1:v1"
 
 
 def test_refused_then_swept_sends_once_after_the_backoff(
-    agent, sandbox, sandbox_server, refused_provider, settings, time_machine
+    agent, sandbox, sandbox_server, refused_provider, settings, frozen
 ):
-    time_machine.move_to(timezone.now(), tick=False)
     executor.submit(agent=agent, operation_id=OP, tool_name="refund", params=refund_params())
     assert Operation.objects.get().status == "prepared"
     settings.SANDBOX_URL = sandbox_server.url
@@ -20,7 +17,7 @@ def test_refused_then_swept_sends_once_after_the_backoff(
     assert executor.retry_unsent() == 0  # too soon: nothing sent
     assert sandbox.request_counts()["total"] == 0
 
-    time_machine.shift(11)
+    frozen.shift(11)
     assert executor.retry_unsent() == 1
     assert executor.retry_unsent() == 0
 
@@ -29,11 +26,10 @@ def test_refused_then_swept_sends_once_after_the_backoff(
     assert sandbox.effect_counts() == {OP: 1}
 
 
-def test_queued_async_operation_whose_message_was_lost_is_swept(agent, sandbox, time_machine):
-    time_machine.move_to(timezone.now(), tick=False)
+def test_queued_async_operation_whose_message_was_lost_is_swept(agent, sandbox, frozen):
     executor.submit(agent=agent, operation_id=OP, tool_name="refund", params=refund_params(),
                     execute=False)
-    time_machine.shift(11)
+    frozen.shift(11)
 
     assert executor.retry_unsent() == 1
     assert Operation.objects.get().status == "succeeded"

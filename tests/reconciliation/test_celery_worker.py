@@ -24,6 +24,7 @@ from django.db import connection
 from config.celery import app as celery_app
 from ledger.models import Operation
 from reconciliation.models import Case, Evidence
+from sandbox.testing import stop_process
 from tests.conftest import submit_body
 from tests.reconciliation.helpers import REFUND_OP, unknown_refund
 
@@ -118,17 +119,8 @@ def worker(transactional_db, sandbox_server, tmp_path, broker_url) -> Iterator[W
                  message=lambda: f"worker did not start:\n{handle.log()}")
         yield handle
     finally:
-        _stop(process)
+        stop_process(process, timeout=15)
         _forget_queue(broker_url, queue)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def _forget_queue(broker_url: str, queue: str) -> None:

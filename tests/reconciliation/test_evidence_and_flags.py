@@ -28,11 +28,6 @@ S = Operation.Status
 C = Case.State
 
 
-@pytest.fixture
-def frozen(time_machine):
-    time_machine.move_to(timezone.now(), tick=False)
-    return time_machine
-
 
 def stalled_worker(agent, frozen, sandbox) -> tuple[ledger_transitions.Claim, Confirmed]:
     """A worker that sent (the provider committed) and then stalled past its lease."""

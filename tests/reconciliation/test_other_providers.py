@@ -49,11 +49,9 @@ def test_smtp_lost_reply_is_proven_by_the_delivery_log_and_never_resent(
 
 
 def test_stripe_replayed_500_after_commit_is_settled_by_a_lookup_not_endless_resends(
-    agent, sandbox, settings, time_machine
+    agent, sandbox, settings, frozen
 ):
-    from django.utils import timezone
 
-    time_machine.move_to(timezone.now(), tick=False)
     settings.LEDGER_REFUND_PROVIDER = "stripe-sandbox"
     operation = executor.submit(agent=agent, operation_id=REFUND_OP, tool_name="refund",
                                 params=refund_params(memo="sandbox:500-after-commit")).operation
@@ -64,7 +62,7 @@ def test_stripe_replayed_500_after_commit_is_settled_by_a_lookup_not_endless_res
     assert operation.status == S.UNKNOWN
     assert [(e.kind, e.outcome) for e in evidence_of(case)] == [("resend", "unknown")]
 
-    time_machine.move_to(case.next_check_at, tick=False)
+    frozen.move_to(case.next_check_at, tick=False)
     sweep()  # so the next check looks the refund up instead of re-sending again
 
     operation, case = fresh(operation)

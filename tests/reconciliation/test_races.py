@@ -84,11 +84,10 @@ def test_two_sweepers_leasing_at_once_get_disjoint_batches(agent):
     assert sorted(first + second) == sorted(Case.objects.values_list("pk", flat=True))
 
 
-def test_two_lease_sweepers_move_each_expired_operation_once(agent, time_machine):
-    time_machine.move_to(timezone.now(), tick=False)
+def test_two_lease_sweepers_move_each_expired_operation_once(agent, frozen):
     for n in range(10):
         ledger_transitions.operation_claim(_prepared(agent, n), worker="w", lease_seconds=5)
-    time_machine.shift(6)
+    frozen.shift(6)
 
     moved = race(services.sweep_expired_leases, services.sweep_expired_leases)
 

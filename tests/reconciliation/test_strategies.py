@@ -36,13 +36,6 @@ S = Operation.Status
 DAY = 24 * 3600
 
 
-@pytest.fixture
-def frozen(time_machine):
-    """Django's clock stops; tests move it (and the sandbox's, with advance_clock) by hand."""
-    time_machine.move_to(timezone.now(), tick=False)
-    return time_machine
-
-
 def move(frozen, sandbox, seconds: float) -> None:
     frozen.shift(seconds)
     sandbox.advance_clock(seconds)

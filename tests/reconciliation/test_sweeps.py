@@ -21,11 +21,6 @@ S = Operation.Status
 C = Case.State
 
 
-@pytest.fixture
-def frozen(time_machine):
-    time_machine.move_to(timezone.now(), tick=False)
-    return time_machine
-
 
 def claimed(agent, operation_id: str, lease_seconds: int) -> ledger_transitions.Claim:
     operation = executor.submit(agent=agent, operation_id=operation_id, tool_name="refund",

@@ -20,7 +20,6 @@ from django.urls import reverse
 from ledger import executor, transitions
 from ledger.auth import agent_create, agent_rotate
 from ledger.models import AgentCredential, Operation
-from ledger.tasks import execute_operation
 from ledger.tools import REGISTRY
 
 DEMO_AGENT = "demo-agent"
@@ -98,14 +97,10 @@ class Command(BaseCommand):
 
     def _queued(self, agent: AgentCredential) -> None:
         """prepared: recorded for asynchronous execution; the worker sends it."""
-        with transaction.atomic():
-            submission = executor.submit(
-                agent=agent, operation_id="demo-run-3:customer-9:email-1:v1",
-                tool_name="send_email", run_id="demo-run-3", execute=False,
-                params={"to": "customer9@example.com", "template": "welcome", "subject": "Hi"})
-            if submission.operation.status == Operation.Status.PREPARED:
-                pk = submission.operation.pk
-                transaction.on_commit(lambda: execute_operation.delay(pk))
+        submission = executor.submit(
+            agent=agent, operation_id="demo-run-3:customer-9:email-1:v1",
+            tool_name="send_email", run_id="demo-run-3", execute=False,
+            params={"to": "customer9@example.com", "template": "welcome", "subject": "Hi"})
         self._report(submission.operation, "prepared: queued for a worker")
 
     def _crashed_worker(self, agent: AgentCredential) -> None:
@@ -113,11 +108,13 @@ class Command(BaseCommand):
         operation_id = "demo-run-3:invoice-1006:refund-1:v1"
         operation = Operation.objects.filter(operation_id=operation_id).first()
         if operation is None:
-            submission = executor.submit(
-                agent=agent, operation_id=operation_id, tool_name="refund",
-                run_id="demo-run-3", params=refund("invoice-1006", 1800), execute=False)
-            transitions.operation_claim(submission.operation, worker="demo-crashed-worker",
-                                        lease_seconds=90)
+            # One transaction: the worker's task (enqueued on commit) finds it already claimed.
+            with transaction.atomic():
+                submission = executor.submit(
+                    agent=agent, operation_id=operation_id, tool_name="refund",
+                    run_id="demo-run-3", params=refund("invoice-1006", 1800), execute=False)
+                transitions.operation_claim(submission.operation, worker="demo-crashed-worker",
+                                            lease_seconds=90)
             operation = Operation.objects.get(operation_id=operation_id)
         self._report(operation, "in_flight: its worker 'died'; lease expires in 90 s")
 
