@@ -20,13 +20,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from ledger import metrics, selectors, transitions
+from ledger import metrics, selectors, transitions, versions
 from ledger.canonical import CanonicalizationError, params_hash, provider_idempotency_key
 from ledger.identity import validate_operation_id
 from ledger.models import AgentCredential, Operation
-from ledger.providers import get_adapter
 from ledger.providers.base import Confirmed, NotSent, Rejected, SendOutcome, Unknown
-from ledger.tools import Tool, UnknownTool, get_tool
+from ledger.tools import Tool, UnknownTool, get_tool, tool_of
 
 logger = logging.getLogger(__name__)
 S = Operation.Status
@@ -81,6 +80,11 @@ def _validated(tool_name: str, params: Any, agent: AgentCredential) -> tuple[Too
     errors = tool.validate(params)
     if errors:
         raise InvalidSubmission({f"params.{k}": v for k, v in errors.items()})
+    if not tool.adapter.capabilities.can_send:
+        raise InvalidSubmission({"tool": f"{tool.name} is executed by the client; the ledger "
+                                         "has no connector that can send it"})
+    # Once per version and process: a used version's schema must not have changed.
+    versions.ensure_recorded(tool)
     return tool, dict(params)
 
 
@@ -207,7 +211,7 @@ def _differences(
 
 def execute_prepared(operation: Operation) -> Operation:
     """Claim a prepared operation and send it; the loser of a claim race returns the row."""
-    tool = get_tool(operation.tool)
+    tool = tool_of(operation)
     claim = transitions.operation_claim(operation, worker=worker_name(),
                                         lease_seconds=tool.lease_seconds)
     if claim is None:
@@ -222,7 +226,7 @@ def request_timeout(tool: Tool) -> float:
 def send_claimed(claim: transitions.Claim, *, tool: Tool, actor: str = "") -> Operation:
     """Steps 7 and 8: send with the stored key outside any transaction, then persist."""
     operation = claim.operation
-    adapter = get_adapter(operation.provider)
+    adapter = tool.adapter
     outcome = adapter.send(operation, key=operation.idempotency_key, timeout=request_timeout(tool))
     return persist_outcome(claim, outcome, actor=actor or f"worker:{worker_name()}")
 
@@ -288,7 +292,7 @@ def _apply(operation: Operation, token: int, outcome: SendOutcome, actor: str) -
         case NotSent():
             return transitions.operation_release(
                 operation=operation, fencing_token=token, error_class=outcome.error_class,
-                actor=actor)
+                actor=actor, data=data)
         case Unknown():
             return transitions.operation_mark_unknown(
                 operation=operation, fencing_token=token, error_class=outcome.error_class,
@@ -302,7 +306,17 @@ def _evidence(outcome: SendOutcome) -> dict[str, Any]:
         data |= {"provider_request_id": outcome.provider_request_id, "replayed": outcome.replayed}
     else:
         data["error_class"] = outcome.error_class
+    if isinstance(outcome, NotSent) and outcome.retry_after_seconds is not None:
+        data["retry_after_seconds"] = outcome.retry_after_seconds
     return data
+
+
+def _retry_after(operation: Operation) -> dt.timedelta:
+    """How long the provider asked us to wait (429 Retry-After) when it last refused it."""
+    last = operation.events.filter(to_status=S.PREPARED).order_by("-id").values_list(
+        "data", flat=True).first()
+    seconds = (last or {}).get("retry_after_seconds") if isinstance(last, dict) else None
+    return dt.timedelta(seconds=float(seconds)) if seconds else dt.timedelta(0)
 
 
 UNSENT_RETRY_BASE = dt.timedelta(seconds=10)
@@ -320,7 +334,7 @@ def retry_unsent(*, batch: int = 100) -> int:
     sent = 0
     for operation in candidates:
         backoff = min(UNSENT_RETRY_BASE * (2 ** max(operation.attempts - 1, 0)), UNSENT_RETRY_MAX)
-        if operation.updated_at > now - backoff:
+        if operation.updated_at > now - max(backoff, _retry_after(operation)):
             continue
         if execute_prepared(operation).status != S.PREPARED:
             sent += 1
