@@ -70,9 +70,10 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _validated(tool_name: str, params: Any, agent: AgentCredential) -> tuple[Tool, dict[str, Any]]:
+def _validated(tool_name: str, params: Any, agent: AgentCredential,
+               version: int | None = None) -> tuple[Tool, dict[str, Any]]:
     try:
-        tool = get_tool(tool_name)
+        tool = get_tool(tool_name, version)
     except UnknownTool:
         raise InvalidSubmission({"tool": f"unknown tool {tool_name!r}"}) from None
     if not agent.may_use(tool.name):
@@ -132,10 +133,15 @@ def submit(
         validate_operation_id(operation_id)
     except ValueError as exc:
         raise InvalidSubmission({"operation_id": str(exc)}) from None
-    tool, params = _validated(tool_name, params, agent)
+    existing = selectors.operation_lookup(operation_id)
+    # A retry of an operation is judged by the version it was recorded with, not the latest.
+    recorded = existing is not None and existing.agent_id == agent.pk \
+        and existing.tool == tool_name
+    tool, params = _validated(tool_name, params, agent,
+                              existing.tool_version if existing is not None and recorded
+                              else None)
     values = _row_values(tool=tool, operation_id=operation_id, params=params, run_id=run_id,
                          tool_call_id=tool_call_id, customer_ref=customer_ref)
-    existing = selectors.operation_lookup(operation_id)
     if existing is not None:
         # The common retry path: one indexed read, no write.
         return _resubmitted(existing, values=values, tool=tool, agent=agent,

@@ -63,4 +63,16 @@ def changed_versions(catalogue: Catalogue, *, using: str = "default") -> list[st
         tool = catalogue.versions.get(name, {}).get(version)
         if tool is not None and tool.fingerprint != fingerprint:
             problems.append(changed_message(name, version))
+    problems.extend(
+        f"tool {name!r} v{version}: key 'version': unresolved operations were recorded with "
+        "this version; keep declaring it until they are resolved"
+        for name, version in _unresolved_versions(using)
+        if version not in catalogue.versions.get(name, {}))
     return problems
+
+
+def _unresolved_versions(using: str) -> list[tuple[str, int]]:
+    from ledger.models import Operation
+
+    return sorted(set(Operation.objects.using(using).exclude(
+        status__in=Operation.TERMINAL).values_list("tool", "tool_version").distinct()))
