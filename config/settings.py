@@ -257,8 +257,6 @@ SANDBOX_SMTP_PORT = env_int("SANDBOX_SMTP_PORT", 8025)
 # config/tools-stripe-smtp.toml adds refund v2 on the Stripe SDK and send_email v2 over SMTP.
 LEDGER_TOOLS_FILE = env_str("LEDGER_TOOLS_FILE", str(BASE_DIR / "config" / "tools.toml"))
 LEDGER_EMAIL_FROM = env_str("LEDGER_EMAIL_FROM", "ledger@example.invalid")
-# An explicit dev default that only the sandbox accepts; never logged.
-STRIPE_API_KEY = env_str("STRIPE_API_KEY", "sk_test_sandbox")
 # Overrides every tool's own request timeout when set (tests shorten it).
 LEDGER_PROVIDER_TIMEOUT_SECONDS = env_float("LEDGER_PROVIDER_TIMEOUT_SECONDS", 0) or None
 LEDGER_RETRY_AFTER_SECONDS = env_int("LEDGER_RETRY_AFTER_SECONDS", 5)

@@ -178,3 +178,25 @@ def test_every_fault_at_once_one_operation_each_exactly_one_effect_each(
     counts = sandbox.effect_counts()
     assert counts == {op.operation_id: 1 for fault, op in operations.items() if fault != "reject"}
     assert services.sweep_due_cases().leased == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_chaos_driver_runs_on_the_catalogue_tool(acme, sandbox, time_machine):
+    from bench.chaos import CATALOGUE_FAULTS, ChaosConfig, ShiftedClock, run_chaos
+
+    time_machine.move_to(timezone.now(), tick=True)
+    config = ChaosConfig(
+        operations=80, clients=6, agents=3, sweepers=2, chaos_probability=0.5, seed=5,
+        converge_timeout=120, tools=("payout",), faults=CATALOGUE_FAULTS,
+        params_template={"supplier": "sup_{n}", "invoice": "inv-{n}", "amount_minor": 4200,
+                         "currency": "EUR"})
+
+    report = run_chaos(config, sandbox, ShiftedClock(time_machine.shift, sandbox))
+
+    print("\n".join(report.lines()))
+    assert report.operations == 80 and report.missing == [] and report.violations == []
+    assert report.duplicate_effects == {}
+    assert set(report.statuses) <= {S.SUCCEEDED, S.FAILED}  # below the high-value threshold
+    assert report.effects == report.statuses[S.SUCCEEDED]
+    assert set(report.faults_injected) >= {"lose-response", "500-after-commit", "reject",
+                                           "rate-limit"}
