@@ -7,7 +7,8 @@ reconcile; then the invariants.
     ACME_PAYOUTS_TOKEN="Bearer chaos" .venv/bin/python bench/chaos.py --operations 300 \
         --clock shifted --tools-file tests/catalogues/acme.toml --tool payout \
         --url-env ACME_PAYOUTS_URL \
-        --params '{"supplier": "sup_{n}", "invoice": "inv-{n}", "amount_minor": 4200, "currency": "EUR"}'
+        --params '{"supplier": "sup_{n}", "invoice": "inv-{n}", "amount_minor": 4200,
+                   "currency": "EUR"}'
 
 With --tools-file and --tool the run drives a tool declared only in a catalogue (its provider
 pointed at the sandbox: `setting:SANDBOX_URL`, or an env:NAME that --url-env sets), with the

@@ -68,7 +68,7 @@ def get_tool(name: str, version: int | None = None) -> Tool:
     if not versions:
         raise UnknownTool(name)
     if version is None:
-        return versions[next(reversed(versions))]
+        return versions[max(versions)]
     try:
         return versions[version]
     except KeyError:

@@ -7,11 +7,12 @@ GET  /generic/<collection>?key=K     lookups by idempotency key or by our refere
 GET  /generic/<collection>?reference=R    same index lag as every other lookup: {"data": [...]}
 
 Every request needs `Authorization: Bearer <any token>` (401 otherwise), so a catalogue's
-credential header is exercised. The collection is whatever path the catalogue's URL template names, so any tool can have its
-own. Our reference is the body's `reference` field, or the field named by `?reference_field=`
-on the POST. Execution is sandbox.effects' (the key store with replay, mismatch, 409 while in
-progress and retention; the fault scenarios, magic values anywhere in the body, and chaos; the
-atomic effect + stored response), so the effects log counts its executions like any other.
+credential header is exercised. The collection is whatever path the catalogue's URL template
+names, so any tool can have its own. Our reference is the body's `reference` field, or the
+field named by `?reference_field=` on the POST. Execution is sandbox.effects' (the key store
+with replay, mismatch, 409 while in progress and retention; the fault scenarios, magic values
+anywhere in the body, and chaos; the atomic effect + stored response), so the effects log
+counts its executions like any other.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from sandbox import store
 from sandbox.app import Sandbox
 from sandbox.effects import (
+    _MALFORMED,
     GENERIC,
     MAX_PARAMS_DEPTH,
     MAX_REFERENCE_LENGTH,
@@ -32,7 +34,6 @@ from sandbox.effects import (
     InvalidRequest,
     _depth,
     _loads,
-    _MALFORMED,
     parse_key,
 )
 from sandbox.replies import Reply, error_reply, invalid, json_reply, not_found

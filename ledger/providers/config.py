@@ -151,7 +151,7 @@ class SettingsReader:
                 "never the value itself")
         return resolve_env(self.key(name), value)
 
-    def address(self, name: str, default: str | None = None) -> Callable[[], Any]:
+    def address(self, name: str, default: str | int | None = None) -> Callable[[], Any]:
         """A non-secret value: literal, `env:NAME` (read now) or `setting:NAME` (read per call)."""
         value = self.raw(name, default)
         if value is None:

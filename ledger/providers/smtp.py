@@ -256,6 +256,7 @@ class _Transaction:
         local_hostname = envelope.sender.rpartition("@")[2] or "localhost"
         # A fixed EHLO name: the default would resolve this host's FQDN on every call. No host
         # yet: connecting is the first phase of run().
+        self.smtp: smtplib.SMTP
         if self.security.tls == "implicit":
             self.smtp = smtplib.SMTP_SSL(local_hostname=local_hostname,
                                          context=ssl.create_default_context())

@@ -5,9 +5,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.conftest import adapter_named
 from ledger.providers.base import Confirmed, Found, NotFound, NotSent, Rejected, Unknown
 from ledger.providers.http import classify_response, classify_transport_error
+from tests.conftest import adapter_named
 from tests.ledger.factories import in_state
 
 REQUEST = httpx.Request("POST", "http://provider.invalid/v1/effects/refund")

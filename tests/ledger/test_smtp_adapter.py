@@ -17,7 +17,6 @@ import pytest
 from ledger import executor, transitions
 from ledger.canonical import params_hash, provider_idempotency_key
 from ledger.models import Operation
-from tests.conftest import STRIPE_SMTP_TOOLS, adapter_named
 from ledger.providers.base import (
     Confirmed,
     Found,
@@ -36,6 +35,7 @@ from ledger.providers.smtp import (
     message_id_for,
 )
 from ledger.tools import get_tool
+from tests.conftest import STRIPE_SMTP_TOOLS, adapter_named
 
 OP = "wf-81:customer-7:email-1:v1"
 S = Operation.Status

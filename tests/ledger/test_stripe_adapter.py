@@ -12,7 +12,6 @@ from django.core.exceptions import ImproperlyConfigured
 
 from ledger import executor
 from ledger.models import Operation
-from tests.conftest import STRIPE_SMTP_TOOLS, adapter_named
 from ledger.providers.base import (
     Confirmed,
     Found,
@@ -31,7 +30,7 @@ from ledger.providers.stripe import (
     refund_fields,
 )
 from ledger.tools import get_tool
-from tests.conftest import refund_params
+from tests.conftest import STRIPE_SMTP_TOOLS, adapter_named, refund_params
 from tests.ledger.factories import prepared
 
 OP = "wf-81:invoice-17:refund-1:v1"

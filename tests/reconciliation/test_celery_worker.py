@@ -175,8 +175,7 @@ def test_beat_driven_sweeps_resolve_a_lost_response_and_a_dead_worker(
 ):
     from ledger import executor
     from ledger import transitions as ledger_transitions
-    from tests.conftest import adapter_named
-    from tests.conftest import refund_params
+    from tests.conftest import adapter_named, refund_params
 
     lost = unknown_refund(agent, "lose-response")
     # A worker that sent, then died before writing the answer; its lease runs out in 1 s.

@@ -74,8 +74,8 @@ def test_stripe_replayed_500_after_commit_is_settled_by_a_lookup_not_endless_res
 
 def test_lookup_evidence_names_exactly_what_each_adapter_asked(agent, sandbox,
                                                               stripe_smtp_tools):
-    from tests.conftest import adapter_named
     from reconciliation.reconciler import lookup_request
+    from tests.conftest import adapter_named
     from tests.ledger.factories import in_state
 
     operation = in_state(agent, "unknown")

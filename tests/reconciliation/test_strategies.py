@@ -14,10 +14,9 @@ from django.utils import timezone
 from ledger import executor
 from ledger import transitions as ledger_transitions
 from ledger.models import Operation
-from tests.conftest import adapter_named
 from ledger.providers.base import Confirmed
 from reconciliation.models import Case
-from tests.conftest import refund_params
+from tests.conftest import adapter_named, refund_params
 from tests.reconciliation.helpers import (
     REFUND_OP,
     TICKET_OP,
