@@ -149,9 +149,9 @@ class Tool:
         counts as absent."""
         if not isinstance(params, Mapping):
             return {"params": "must be a JSON object"}
-        present = {k: v for k, v in params.items() if v is not None}
-        errors: dict[str, str] = {}
         properties = self.params_schema.get("properties", {})
+        present = {k: v for k, v in params.items() if v is not None or k not in properties}
+        errors: dict[str, str] = {}
         for error in self._validator.iter_errors(present):
             path = list(error.absolute_path)
             if path:
@@ -221,9 +221,23 @@ def _at_or_above(amount: int | None, currency: str, thresholds: Mapping[str, int
     return threshold is None or amount >= threshold
 
 
+class FrozenDict(dict[str, Any]):
+    """A dict nobody can change (still a dict: JSON, DRF and jsonschema take it as one)."""
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("catalogue objects are read-only")
+
+    __setitem__ = __delitem__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+    __ior__ = _refuse
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(frozenset(self.items()))
+
+
 def _frozen(value: Any) -> Any:
     if isinstance(value, Mapping):
-        return MappingProxyType({k: _frozen(v) for k, v in value.items()})
+        return FrozenDict({k: _frozen(v) for k, v in value.items()})
     if isinstance(value, list | tuple):
         return tuple(_frozen(v) for v in value)
     return value
@@ -408,7 +422,7 @@ def _thresholds(entry: Mapping[str, Any], key: str, has_value: bool) -> Mapping[
             raise _EntryError(f"{key}.{currency}", "is not an ISO 4217 currency code")
         if isinstance(amount, bool) or not isinstance(amount, int) or amount < 0:
             raise _EntryError(f"{key}.{currency}", "must be an integer amount in minor units")
-    return MappingProxyType(dict(table))
+    return FrozenDict(table)
 
 
 def _provider(entry: Mapping[str, Any], name: str, schema: Mapping[str, Any],

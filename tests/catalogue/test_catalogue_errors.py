@@ -145,7 +145,7 @@ def test_manage_py_check_refuses_a_broken_catalogue_file_and_submissions_are_ref
     assert not Operation.objects.exists()
 
 
-def test_a_file_that_is_not_toml_is_refused_with_its_line(tmp_path, settings):
+def test_a_file_that_is_not_toml_is_refused_with_its_line(tmp_path, settings, db):
     broken = tmp_path / "tools.toml"
     broken.write_text("[[tools]\nname = \n")
     settings.LEDGER_TOOLS_FILE = str(broken)
@@ -154,7 +154,7 @@ def test_a_file_that_is_not_toml_is_refused_with_its_line(tmp_path, settings):
         call_command("check")
 
 
-def test_the_shipped_catalogues_pass_the_check(settings):
+def test_the_shipped_catalogues_pass_the_check(settings, db):
     from tests.conftest import DEMO_TOOLS, STRIPE_SMTP_TOOLS
 
     for path in (DEMO_TOOLS, STRIPE_SMTP_TOOLS):
