@@ -178,6 +178,11 @@ class Tool:
     def redacted(self, params: Mapping[str, Any]) -> dict[str, Any]:
         return {k: ("[redacted]" if k in self.secret_fields else v) for k, v in params.items()}
 
+    def withholds(self, params: Mapping[str, Any]) -> bool:
+        """Whether these params carry a secret field, which the ledger never stores: only the
+        caller that has it can send them (never a worker, a sweeper or the reconciler)."""
+        return any(params.get(name) is not None for name in self.secret_fields)
+
     def value(self, params: Mapping[str, Any]) -> tuple[int, str] | None:
         if self.amount_field is None or self.currency_field is None:
             return None

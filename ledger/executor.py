@@ -7,6 +7,7 @@ A fresh action costs two commits (record+claim, outcome) besides the provider ca
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import enum
 import logging
@@ -140,25 +141,29 @@ def submit(
     tool, params = _validated(tool_name, params, agent,
                               existing.tool_version if existing is not None and recorded
                               else None)
+    if not execute and tool.withholds(params):
+        raise InvalidSubmission({"execution": "params with secret fields are sent at once "
+                                              "(sync): the ledger never stores them"})
     values = _row_values(tool=tool, operation_id=operation_id, params=params, run_id=run_id,
                          tool_call_id=tool_call_id, customer_ref=customer_ref)
     if existing is not None:
         # The common retry path: one indexed read, no write.
         return _resubmitted(existing, values=values, tool=tool, agent=agent,
-                            tool_call_id=tool_call_id, execute=execute)
+                            tool_call_id=tool_call_id, execute=execute, params=params)
     worker = worker_name()
     if execute:
         operation, claim = transitions.operation_record_and_claim(
             agent=agent, values=values, worker=worker, lease_seconds=tool.lease_seconds)
         if claim is not None:
-            return Submission(send_claimed(claim, tool=tool), Disposition.CREATED)
+            return Submission(send_claimed(claim, tool=tool, params=params),
+                              Disposition.CREATED)
     else:
         operation, created = transitions.operation_record(agent=agent, values=values)
         if created:
             _enqueue_after_commit(operation)
             return Submission(operation, Disposition.CREATED)
     return _resubmitted(operation, values=values, tool=tool, agent=agent,
-                        tool_call_id=tool_call_id, execute=execute)
+                        tool_call_id=tool_call_id, execute=execute, params=params)
 
 
 def _enqueue_after_commit(operation: Operation) -> None:
@@ -172,7 +177,7 @@ def _enqueue_after_commit(operation: Operation) -> None:
 
 def _resubmitted(
     operation: Operation, *, values: Mapping[str, Any], tool: Tool, agent: AgentCredential,
-    tool_call_id: str, execute: bool,
+    tool_call_id: str, execute: bool, params: dict[str, Any],
 ) -> Submission:
     if operation.agent_id != agent.pk or operation.params_hash != values["params_hash"]:
         # Another agent's ID is reported as a conflict too, without showing its params.
@@ -184,7 +189,7 @@ def _resubmitted(
     if execute and operation.status == S.PREPARED:
         # Recorded earlier but not sent (a refused connection, or queued for a worker): the
         # claim decides who sends, so this caller may try.
-        sent = execute_prepared(operation)
+        sent = execute_prepared(operation, params=params)
         return _existing(sent, tool) if sent.is_terminal else Submission(sent, Disposition.PENDING)
     return _existing(operation, tool)
 
@@ -215,23 +220,33 @@ def _differences(
     return diff or {"params": {"detail": "canonical form differs (unicode normalisation)"}}
 
 
-def execute_prepared(operation: Operation) -> Operation:
-    """Claim a prepared operation and send it; the loser of a claim race returns the row."""
+def execute_prepared(operation: Operation, *, params: dict[str, Any] | None = None
+                     ) -> Operation:
+    """Claim a prepared operation and send it; the loser of a claim race returns the row.
+    `params`: the caller's own (unredacted) params, when it is the agent retrying."""
     tool = tool_of(operation)
+    if params is None and tool.withholds(operation.params):
+        # Its secret fields were never stored: only the agent's retry can send it.
+        return operation
     claim = transitions.operation_claim(operation, worker=worker_name(),
                                         lease_seconds=tool.lease_seconds)
     if claim is None:
         return Operation.objects.get(pk=operation.pk)
-    return send_claimed(claim, tool=tool)
+    return send_claimed(claim, tool=tool, params=params)
 
 
 def request_timeout(tool: Tool) -> float:
     return float(settings.LEDGER_PROVIDER_TIMEOUT_SECONDS or tool.request_timeout)
 
 
-def send_claimed(claim: transitions.Claim, *, tool: Tool, actor: str = "") -> Operation:
-    """Steps 7 and 8: send with the stored key outside any transaction, then persist."""
+def send_claimed(claim: transitions.Claim, *, tool: Tool, actor: str = "",
+                 params: dict[str, Any] | None = None) -> Operation:
+    """Steps 7 and 8: send with the stored key outside any transaction, then persist.
+    `params`: the submitted params, secrets included, which the stored row does not hold."""
     operation = claim.operation
+    if params is not None and tool.withholds(params):
+        operation = copy.copy(operation)  # in memory only, for the connector
+        operation.params = dict(params)
     adapter = tool.adapter
     outcome = adapter.send(operation, key=operation.idempotency_key, timeout=request_timeout(tool))
     return persist_outcome(claim, outcome, actor=actor or f"worker:{worker_name()}")

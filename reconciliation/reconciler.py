@@ -141,6 +141,8 @@ def resend_allowed_until(operation: Operation, caps: Capabilities) -> dt.datetim
     not say how long it keeps them)."""
     if not caps.can_send or not caps.honours_idempotency_keys or not caps.key_retention_seconds:
         return None
+    if tool_of(operation).withholds(operation.params):
+        return None  # its secret fields were never stored: a re-send cannot repeat them
     if operation.key_first_sent_at is None:
         return None
     margin = settings.RECONCILIATION_KEY_RETENTION_MARGIN_SECONDS

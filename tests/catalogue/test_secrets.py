@@ -77,3 +77,55 @@ def test_the_credential_header_is_sent_but_never_shown_logged_or_stored(
     assert SECRET not in repr(tool) and SECRET not in repr(tool.adapter)
     assert SECRET not in repr(tool.adapter.settings)
     assert sandbox.effect_counts() == {"t-1:inv-1:payout-1:v1": 1, "t-1:inv-2:payout-1:v1": 1}
+
+
+def with_secret_param(tmp_path) -> str:
+    """acme.toml's payout with a one-time code the provider needs and the ledger never keeps."""
+    from pathlib import Path
+
+    from tests.catalogue.conftest import ACME_TOOLS
+
+    text = Path(ACME_TOOLS).read_text().replace(
+        'free_text_fields = ["note"]\n', 'free_text_fields = ["note"]\nsecret_fields = ["otp"]\n',
+        1).replace(
+        "[tools.params.properties.note]",
+        '[tools.params.properties.otp]\ntype = "string"\n\n[tools.params.properties.note]', 1
+    ).replace('note = "{params.note}" }', 'note = "{params.note}", otp = "{params.otp}" }', 1)
+    path = tmp_path / "acme-otp.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_secret_param_is_sent_once_by_its_caller_and_never_stored_or_resent(
+    acme, acme_agent, sandbox, settings, tmp_path, frozen
+):
+    from tests.catalogue.test_fault_matrix import reconcile_until_final
+
+    settings.LEDGER_TOOLS_FILE = with_secret_param(tmp_path)
+    operation = executor.submit(agent=acme_agent, operation_id="t-2:inv-1:payout-1:v1",
+                                tool_name="payout",
+                                params=payout_params(otp="493-117",
+                                                     note="sandbox:lose-response")).operation
+    assert operation.status == Operation.Status.UNKNOWN
+    assert operation.params["otp"] == "[redacted]" and "493-117" not in every_row_as_text()
+    assert sandbox.effects("t-2:inv-1:payout-1:v1")[0]["otp"] == "493-117"  # it was sent
+
+    operation = reconcile_until_final(operation, frozen, sandbox)
+
+    case = Case.objects.get(operation=operation)
+    assert operation.status == Operation.Status.SUCCEEDED
+    assert [e.kind for e in Evidence.objects.filter(case=case)] == ["lookup"]  # not re-sent
+    assert sandbox.effect_counts() == {"t-2:inv-1:payout-1:v1": 1}
+
+
+def test_secret_params_are_never_queued_for_a_worker(acme, acme_agent, sandbox, settings,
+                                                     tmp_path):
+    import pytest
+
+    settings.LEDGER_TOOLS_FILE = with_secret_param(tmp_path)
+
+    with pytest.raises(executor.InvalidSubmission) as refused:
+        executor.submit(agent=acme_agent, operation_id="t-2:inv-2:payout-1:v1",
+                        tool_name="payout", params=payout_params(otp="1"), execute=False)
+    assert "execution" in refused.value.errors
+    assert not Operation.objects.exists()
