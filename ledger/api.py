@@ -132,7 +132,7 @@ class RunOperationsApi(APIView):
 
 
 class ToolListApi(APIView):
-    @extend_schema(responses={200: ToolListSerializer},
+    @extend_schema(responses={200: ToolListSerializer}, operation_id="tools_list",
                    summary="The tools this agent may use, at the version new operations get")
     def get(self, request: Request) -> Response:
         agent = request_agent(request)
@@ -144,6 +144,7 @@ class ToolDetailApi(APIView):
     @extend_schema(
         responses={200: ToolSerializer,
                    404: OpenApiResponse(description="No such tool, or not for this agent.")},
+        operation_id="tools_retrieve",
         summary="One tool this agent may use",
     )
     def get(self, request: Request, name: str) -> Response:

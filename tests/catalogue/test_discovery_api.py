@@ -83,5 +83,7 @@ def test_the_openapi_document_describes_both_endpoints(db, admin_client):
     tool = schema["components"]["schemas"]["Tool"]
     assert {"params_schema", "intent_fields", "free_text_fields", "high_value_thresholds",
             "four_eyes_thresholds", "client_execution", "value"} <= set(tool["properties"])
+    assert schema["paths"]["/api/v1/tools"]["get"]["operationId"] == "tools_list"
+    assert schema["paths"]["/api/v1/tools/{name}"]["get"]["operationId"] == "tools_retrieve"
     listed = schema["paths"]["/api/v1/tools"]["get"]["responses"]["200"]
     assert listed["content"]["application/json"]["schema"]["$ref"].endswith("/ToolList")
