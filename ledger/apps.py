@@ -8,4 +8,7 @@ class LedgerConfig(AppConfig):
     verbose_name = "Action ledger"
 
     def ready(self) -> None:
-        from ledger import schema  # noqa: F401  (registers the OpenAPI auth extension)
+        from ledger import (
+            schema,  # noqa: F401  (registers the OpenAPI auth extension)
+            tasks,  # noqa: F401  (registers the tasks services enqueue by name)
+        )

@@ -139,7 +139,10 @@ def backoff_seconds(attempt: int, *, rng: random.Random | None = None) -> float:
 
 def resend_allowed_until(operation: Operation, caps: Capabilities) -> dt.datetime | None:
     """Until when a same-key re-send is safe; None when the provider takes no keys (or does
-    not say how long it keeps them)."""
+    not say how long it keeps them), and always for a client-executed operation: the agent
+    made that call, the ledger does not hold it, so nothing re-sends on the agent's behalf."""
+    if operation.execution == Operation.Execution.CLIENT:
+        return None
     if not caps.honours_idempotency_keys or not caps.key_retention_seconds:
         return None
     if operation.key_first_sent_at is None:
