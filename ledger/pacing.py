@@ -56,7 +56,7 @@ class Pace:
 
 def case_of(operation: Operation) -> Any | None:
     try:
-        return operation.reconciliation_case  # type: ignore[attr-defined]
+        return operation.reconciliation_case
     except ObjectDoesNotExist:
         return None
 
