@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 from django.utils import timezone
@@ -62,7 +63,7 @@ def client_report_outcome(
     """Apply the agent's outcome with its fencing token; idempotent for the same report."""
     actor = client_actor(agent)
     report = {"status": status, "provider_reference": provider_reference,
-              "error_class": error_class, "result": dict(result),
+              "error_class": error_class, "result": plain_json(dict(result)),
               "reported_at": timezone.now().isoformat()}
     current = Operation.objects.get(pk=operation.pk)
     if current.status == status and current.fencing_token == fencing_token and \
@@ -84,6 +85,18 @@ def client_report_outcome(
                          _ended_detail(current, fencing_token)) from None
     metrics.OPERATIONS.labels(applied.tool, applied.status).inc()
     return applied
+
+
+def plain_json(value: Any) -> Any:
+    """The API parses JSON numbers with decimals as Decimal (so money is never a float); a
+    provider's result is stored as the provider wrote it."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dict):
+        return {key: plain_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain_json(item) for item in value]
+    return value
 
 
 def _apply(operation: Operation, token: int, report: dict[str, Any], actor: str) -> Operation:
