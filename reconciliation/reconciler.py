@@ -157,6 +157,10 @@ def consistency_window_closes_at(operation: Operation, tool: Tool,
     """A lookup can miss a committed effect until the provider's index caught up with the last
     request we may have sent (which itself may have taken up to the request timeout)."""
     sent_at = operation.sent_at or operation.updated_at
+    if operation.execution == Operation.Execution.CLIENT:
+        # The agent may have sent at any moment of its claim (heartbeats extend it): count from
+        # when the claim ended, which is when the operation became unknown.
+        sent_at = max(sent_at, operation.updated_at)
     return sent_at + dt.timedelta(
         seconds=executor.request_timeout(tool) + caps.lookup_consistency_seconds)
 

@@ -485,3 +485,20 @@ def test_refund_params_sent_by_the_client_match_the_intent(api, sandbox):
     case = Case.objects.get()
     assert (case.state, case.review_reason) == (Case.State.AWAITING_REVIEW, "anomaly")
     assert Operation.objects.get().status == S.UNKNOWN
+
+
+def test_absence_is_judged_from_the_end_of_the_clients_claim_not_from_the_claim(
+    api, sandbox, frozen
+):
+    """The agent may call the provider at any moment of its lease: a lookup right after the
+    lease ran out proves nothing yet, however long ago the claim was made."""
+    claim(api)
+    move(frozen, sandbox, get_tool("refund").lease_seconds + 1)
+    services.sweep_expired_leases()
+
+    sweep()
+
+    case = Case.objects.get()
+    assert case.state == Case.State.CHECKING
+    assert Operation.objects.get().status == S.UNKNOWN
+    assert [e.outcome for e in evidence_of(case)] == ["not_found"]
