@@ -54,7 +54,7 @@ class OperationEventInline(admin.TabularInline):
 class OperationAdmin(admin.ModelAdmin):
     list_display = ["operation_id", "tool", "status", "provider", "value_display", "subject",
                     "agent", "attempts", "created_at"]
-    list_filter = ["status", "tool", "provider"]
+    list_filter = ["status", "execution", "tool", "provider"]
     search_fields = ["operation_id", "run_id", "subject", "customer_ref", "provider_request_id"]
     list_select_related = ["agent"]
     date_hierarchy = "created_at"
