@@ -18,8 +18,10 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 import random
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 
@@ -172,15 +174,35 @@ def post(delivery: WebhookDelivery) -> AttemptResult:
     }
     started = time.perf_counter()
     try:
-        response = httpx.post(endpoint.url, content=body, headers=headers,
-                              timeout=float(settings.LEDGER_WEBHOOK_TIMEOUT_SECONDS),
-                              follow_redirects=False)
+        response = _client().post(endpoint.url, content=body, headers=headers,
+                                  timeout=float(settings.LEDGER_WEBHOOK_TIMEOUT_SECONDS),
+                                  follow_redirects=False)
     except httpx.HTTPError as exc:
         # The class only: an exception's text may carry the URL or the receiver's words.
         return AttemptResult(None, _ms_since(started), f"transport.{type(exc).__name__}")
     latency = _ms_since(started)
     error = "" if 200 <= response.status_code < 300 else f"http_{response.status_code}"
     return AttemptResult(response.status_code, latency, error)
+
+
+_clients: dict[int, httpx.Client] = {}
+_clients_lock = threading.Lock()
+
+
+def _client() -> httpx.Client:
+    """One pooled client per process: building one (and its TLS context) per POST costs more
+    than the POST. Keyed by pid because a forked Celery child must not share its parent's
+    sockets."""
+    pid = os.getpid()
+    client = _clients.get(pid)
+    if client is None:
+        with _clients_lock:
+            client = _clients.get(pid)
+            if client is None:
+                client = httpx.Client(
+                    limits=httpx.Limits(max_connections=64, max_keepalive_connections=16))
+                _clients[pid] = client
+    return client
 
 
 def _ms_since(started: float) -> int:
