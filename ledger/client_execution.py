@@ -61,6 +61,10 @@ def client_report_outcome(
     result: Mapping[str, Any], provider_reference: str, error_class: str,
 ) -> Operation:
     """Apply the agent's outcome with its fencing token; idempotent for the same report."""
+    if status not in _OUTCOME_NAMES:
+        raise ValueError(f"unknown outcome status {status!r}")
+    if status == S.FAILED and not error_class:
+        raise ValueError("failed needs the error_class of a definitive provider rejection")
     actor = client_actor(agent)
     report = {"status": status, "provider_reference": provider_reference,
               "error_class": error_class, "result": plain_json(dict(result)),
