@@ -120,7 +120,8 @@ def test_a_waiting_long_poll_holds_no_database_connection(agent_and_token):
                            "WHERE datname = current_database()")
             return int(cursor.fetchone()[0])
 
-    assert backends() == 1  # this test's own connection
+    # This test's own connection (and any an earlier test's thread left behind).
+    baseline = backends()
     waiter = threading.Thread(target=wait)
     waiter.start()
     time.sleep(0.5)
@@ -135,9 +136,10 @@ def test_a_waiting_long_poll_holds_no_database_connection(agent_and_token):
     waiter.join(timeout=40)
 
     assert answers == ["succeeded"]
-    # Only ours, except for the instant of a re-check (a few ms every 0.5 s).
-    assert sum(1 for n in samples if n == 1) >= 8, samples
-    assert max(samples) <= 2
+    # No backend for the waiting request, except for the instant of a re-check (a few ms
+    # every 0.5 s).
+    assert sum(1 for n in samples if n <= baseline) >= 8, (baseline, samples)
+    assert max(samples) <= baseline + 1
 
 
 # --- Retry-After and guidance follow the situation --------------------------------------------
