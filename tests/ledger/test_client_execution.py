@@ -502,3 +502,31 @@ def test_absence_is_judged_from_the_end_of_the_clients_claim_not_from_the_claim(
     assert case.state == Case.State.CHECKING
     assert Operation.objects.get().status == S.UNKNOWN
     assert [e.outcome for e in evidence_of(case)] == ["not_found"]
+
+
+def test_heartbeat_and_outcome_for_another_agents_operation_are_not_found(
+    api, second_agent_api
+):
+    resource = claim(api)
+    token = resource["claim"]["fencing_token"]
+
+    assert heartbeat(second_agent_api, OP, token).status_code == 404
+    assert report(second_agent_api, OP, fencing_token=token, status="unknown").status_code == 404
+    assert reasons() == ["intent_recorded", "claimed_by_client"]
+
+
+@pytest.mark.parametrize("body", [
+    {},
+    {"fencing_token": 1},
+    {"fencing_token": "one", "status": "succeeded"},
+    {"fencing_token": 1, "status": "done"},
+    {"fencing_token": 1, "status": "succeeded", "result": [1, 2]},
+])
+def test_a_malformed_outcome_is_a_400_and_writes_nothing(api, body):
+    claim(api)
+
+    response = report(api, OP, **body)
+
+    assert response.status_code == 400 and response.json()["code"] == "invalid"
+    assert reasons() == ["intent_recorded", "claimed_by_client"]
+    assert Operation.objects.get().status == S.IN_FLIGHT

@@ -192,3 +192,31 @@ def test_awaiting_a_person_retry_after_is_minutes_and_guidance_names_the_deadlin
     assert int(response["Retry-After"]) == AWAITING_REVIEW_RETRY_AFTER >= 60
     assert iso(case.review_deadline_at) in response.json()["guidance"]
     assert "person" in response.json()["guidance"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_long_poll_also_answers_when_the_case_goes_to_a_person(api, agent, sandbox):
+    from reconciliation import transitions as case_transitions
+
+    unknown_refund(agent, "lose-response", operation_id=OP)
+    case = Case.objects.get()
+
+    def escalate_later() -> None:
+        try:
+            time.sleep(0.5)
+            case_transitions.case_escalate(case=case, reason="manual", actor="staff:ann")
+        finally:
+            connections.close_all()
+
+    escalator = threading.Thread(target=escalate_later)
+    escalator.start()
+    started = time.monotonic()
+    response = api.get(URL, {"wait": "20"})
+    elapsed = time.monotonic() - started
+    escalator.join(timeout=30)
+
+    body = response.json()
+    assert body["status"] == "unknown"
+    assert body["reconciliation"]["state"] == "awaiting_review"
+    assert int(response["Retry-After"]) == AWAITING_REVIEW_RETRY_AFTER
+    assert elapsed < 20

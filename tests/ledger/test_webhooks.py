@@ -425,3 +425,23 @@ def test_a_removed_endpoint_gets_nothing_more(api, endpoint, receiver):
 
     assert webhooks.deliver(pending_delivery().pk) == D.GAVE_UP
     assert receiver.received == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lost_enqueue_message_is_picked_up_by_the_sweep(api, endpoint, receiver, eager_tasks,
+                                                          monkeypatch):
+    from ledger import tasks
+
+    def broker_down(*args):
+        raise ConnectionError("broker unreachable")
+
+    monkeypatch.setattr(tasks.deliver_webhook, "delay", broker_down)
+    succeeded_by_client(api)  # the outcome commits; its message never reaches a broker
+    assert receiver.received == []
+    assert WebhookDelivery.objects.get().status == D.PENDING
+    monkeypatch.undo()
+
+    assert webhooks.sweep_due() == 1
+
+    assert len(receiver.accepted) == 1
+    assert WebhookDelivery.objects.get().status == D.DELIVERED
