@@ -1,6 +1,7 @@
 """Every state change of a 300-operation chaos run (bench/chaos.py's driver, every fault kind,
-concurrent clients and sweepers) produced its webhook event, and every event reached a real
-receiver with a signature a Standard Webhooks verifier accepts."""
+concurrent clients and sweepers), followed by client-executed operations whose agents report or
+die, produced its webhook event, and every event reached a real receiver with a signature a
+Standard Webhooks verifier accepts."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
 from bench import chaos
-from bench.chaos import ChaosConfig, ShiftedClock, run_chaos
+from bench.chaos import ChaosConfig, ChaosReport, ShiftedClock, converge, run_chaos
 from config.celery import app as celery_app
 from ledger import webhooks
 from ledger.models import (
@@ -23,6 +24,7 @@ from ledger.models import (
     WebhookEndpoint,
     WebhookEvent,
 )
+from ledger.tools import get_tool
 from reconciliation.models import CaseEvent
 from tests.ledger.webhook_receiver import Receiver
 
@@ -36,6 +38,44 @@ def expected_type(change: OperationEvent, was_unknown_before: bool) -> str:
     if was_unknown_before:
         return "operation.resolved"
     return f"operation.{change.to_status}"
+
+
+BEHAVIOURS = ("report_success", "report_unknown", "die_after_sending", "die_before_sending")
+
+
+def client_executed_phase(sandbox, receiver, clock) -> dict[str, set[str]]:
+    """After the server-side chaos: 40 client-executed refunds whose agent reports success,
+    reports unknown, or dies before or after calling the provider; then the sweeps again."""
+    from rest_framework.test import APIClient
+
+    from ledger.auth import agent_create
+    from tests.ledger.client_helpers import call_provider, client_body, report
+
+    agent, token = agent_create(name="chaos-client", tools=["refund"])
+    webhooks.endpoint_create(agent=agent, url=receiver.url)
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    behaviour_of = {}
+    for n in range(40):
+        operation_id = f"chaos-client:obj-{n}:refund-1:v1"
+        behaviour = BEHAVIOURS[n % len(BEHAVIOURS)]
+        behaviour_of[operation_id] = behaviour
+        resource = api.post("/api/v1/operations", client_body(operation_id), format="json").json()
+        if behaviour != "die_before_sending":
+            assert call_provider(sandbox.url, resource).status_code == 201
+        token_ = resource["claim"]["fencing_token"]
+        if behaviour == "report_success":
+            report(api, operation_id, fencing_token=token_, status="succeeded", result={},
+                   provider_reference="eff")
+        elif behaviour == "report_unknown":
+            report(api, operation_id, fencing_token=token_, status="unknown",
+                   error_class="transport.ReadTimeout")
+    clock.advance(get_tool("refund").lease_seconds + 1)
+    converge(clock, sweepers=3, timeout=120, report=ChaosReport())
+    statuses: dict[str, set[str]] = {}
+    for operation in Operation.objects.filter(operation_id__startswith="chaos-client:"):
+        statuses.setdefault(behaviour_of[operation.operation_id], set()).add(operation.status)
+    return statuses
 
 
 @pytest.mark.django_db(transaction=True)
@@ -60,6 +100,14 @@ def test_every_state_change_of_a_chaos_run_produced_its_event(sandbox, time_mach
 
         print("\n".join(report.lines()))
         assert report.operations == 300 and report.violations == []
+        clock = ShiftedClock(time_machine.shift, sandbox)
+        client_statuses = client_executed_phase(sandbox, receiver, clock)
+        assert client_statuses == {"report_success": {S.SUCCEEDED},
+                                   "report_unknown": {S.SUCCEEDED},
+                                   "die_after_sending": {S.SUCCEEDED},
+                                   "die_before_sending": {S.FAILED}}
+        counts = sandbox.effect_counts()
+        assert all(n == 1 for n in counts.values())
 
         # 1. Each outcome-level transition of the ledger has exactly its event.
         changes = list(OperationEvent.objects.exclude(from_status=F("to_status"))
