@@ -445,3 +445,23 @@ def test_a_lost_enqueue_message_is_picked_up_by_the_sweep(api, endpoint, receive
 
     assert len(receiver.accepted) == 1
     assert WebhookDelivery.objects.get().status == D.DELIVERED
+
+
+def test_staff_redeliver_an_event_from_the_events_admin(api, endpoint, receiver, client,
+                                                         django_user_model):
+    succeeded_by_client(api)
+    delivery = pending_delivery()
+    webhooks.deliver(delivery.pk)
+    event = delivery.event
+    staff = django_user_model.objects.create_superuser("ops", "ops@example.com", "pw-12345678")
+    client.force_login(staff)
+
+    page = client.get(f"/admin/ledger/webhookevent/{event.pk}/change/")
+    assert page.status_code == 200 and event.event_id.encode() in page.content
+    response = client.post("/admin/ledger/webhookevent/", {
+        "action": "redeliver", "_selected_action": [event.pk]})
+
+    assert response.status_code == 302
+    assert WebhookDelivery.objects.get().status == D.PENDING
+    assert webhooks.deliver(delivery.pk) == D.DELIVERED
+    assert len(receiver.accepted) == 2
