@@ -203,9 +203,10 @@ class OperationOutcomeApi(APIView):
                 provider_reference=data["provider_reference"], error_class=data["error_class"])
         except client_execution.ClaimEnded as exc:
             return _stale(exc)
-        fresh = selectors.operation_get_for_agent(agent=agent, operation_id=operation_id)
-        return _resource(fresh or reported, request, status_code=200,
-                         headers=_retry_after(reported))
+        # Re-read with its case: an unknown report opened one in the same commit.
+        current = selectors.operation_get_for_agent(agent=agent, operation_id=operation_id)
+        current = current or reported
+        return _resource(current, request, status_code=200, headers=_retry_after(current))
 
 
 class RunOperationsApi(APIView):
