@@ -78,5 +78,9 @@ def get_adapter(name: str) -> ProviderAdapter:
     return _ADAPTERS[name]
 
 
+def adapter_names() -> list[str]:
+    return sorted(_ADAPTERS)
+
+
 def register_adapter(adapter: ProviderAdapter) -> None:
     _ADAPTERS[adapter.name] = adapter
