@@ -137,6 +137,7 @@ class RollupReport:
     rolled_until: dt.datetime | None
     events: int
     rows: int
+    caught_up: bool = True
 
 
 def rollup(*, now: dt.datetime | None = None) -> RollupReport:
@@ -148,22 +149,25 @@ def rollup(*, now: dt.datetime | None = None) -> RollupReport:
         start = cursor.rolled_until or floor_to(now - FIRST_LOOKBACK, G.MINUTE)
         end = min(end_limit, start + MAX_CHUNK)
         if end <= start:
-            return RollupReport(start, cursor.rolled_until, 0, 0)
+            return RollupReport(start, cursor.rolled_until, 0, 0, caught_up=True)
         events, facts = _facts_between(start, end)
         rows = add(facts)
         cursor.rolled_until = end
         cursor.save(update_fields=["rolled_until", "updated_at"])
         _prune(now)
-    return RollupReport(start, end, events, rows)
+    return RollupReport(start, end, events, rows, caught_up=end >= end_limit)
 
 
 def rollup_until_current(*, now: dt.datetime | None = None, max_runs: int = 8) -> RollupReport:
-    report = rollup(now=now)
-    for _ in range(max_runs - 1):
-        if report.events == 0 and report.rows == 0:
-            break
+    """Roll up chunk after chunk until the watermark reaches the last closed minute."""
+    total_events = total_rows = 0
+    for _ in range(max_runs):
         report = rollup(now=now)
-    return report
+        total_events += report.events
+        total_rows += report.rows
+        if report.caught_up:
+            break
+    return RollupReport(None, report.rolled_until, total_events, total_rows, report.caught_up)
 
 
 def _prune(now: dt.datetime) -> None:
