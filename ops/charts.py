@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
-WIDTH, HEIGHT = 640, 220
-LEFT, RIGHT, TOP, BOTTOM = 44, 8, 10, 26
+WIDTH, HEIGHT = 480, 240
+LEFT, RIGHT, TOP, BOTTOM = 66, 8, 12, 30
 PATTERNS = ("solid", "hatch", "dots", "cross")
 LINE_STYLES = ("solid", "dashed", "dotted")
 MARKERS = ("circle", "square", "triangle")
@@ -94,6 +94,21 @@ def nice_max(value: float) -> float:
     return 10 * exponent
 
 
+# Tops whose quarters read well: 15 s, 2.5 min, 15 min, 1.5 h …
+NICE_SECONDS = (1, 2, 4, 10, 20, 40, 60, 120, 240, 600, 1200, 2400, 3600, 7200, 14400, 21600,
+                43200, 86400, 172800, 345600, 604800)
+
+
+def nice_max_seconds(value: float) -> float:
+    """A top for a duration axis whose quarters read well (15 min, 1 h, …)."""
+    if value < 1:
+        return nice_max(value)
+    for step in NICE_SECONDS:
+        if value <= step:
+            return float(step)
+    return nice_max(value)
+
+
 def _plot_box() -> tuple[float, float, float, float]:
     return LEFT, TOP, WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
@@ -129,22 +144,33 @@ def _axes(chart: Chart, top: float) -> str:
         value = top * step / 4
         y = y0 + h - h * step / 4
         parts.append(f'<line class="grid" x1="{x0}" y1="{y:.1f}" x2="{x0 + w}" y2="{y:.1f}"/>')
-        parts.append(f'<text class="tick" x="{x0 - 4}" y="{y + 4:.1f}" text-anchor="end">'
+        parts.append(f'<text class="tick" x="{x0 - 4}" y="{y + 5:.1f}" text-anchor="end">'
                      f"{escape(_tick(value, chart.unit))}</text>")
     n = len(chart.labels)
-    every = max(1, math.ceil(n / 6))
+    every = max(1, math.ceil(n / 5))
     for i, label in enumerate(chart.labels):
-        if i % every == 0 or i == n - 1:
+        last = i == n - 1
+        if (i % every == 0 and n - 1 - i >= every / 2) or last:
             x = x0 + w * (i + 0.5) / n
-            parts.append(f'<text class="tick" x="{x:.1f}" y="{HEIGHT - 8}" text-anchor="middle">'
-                         f"{escape(label)}</text>")
+            anchor = "end" if last else "start" if i == 0 else "middle"
+            x = x0 + w if last else x0 if i == 0 else x
+            parts.append(f'<text class="tick" x="{x:.1f}" y="{HEIGHT - 8}" '
+                         f'text-anchor="{anchor}">{escape(label)}</text>')
     parts.append(f'<line class="axis" x1="{x0}" y1="{y0 + h}" x2="{x0 + w}" y2="{y0 + h}"/>')
     return "".join(parts)
 
 
 def _tick(value: float, unit: str) -> str:
     if unit == "s":
-        return seconds_text(value) if value else "0"
+        if not value:
+            return "0"
+        if value < 1:
+            return f"{value * 1000:g} ms"
+        if value < 120:
+            return f"{value:g} s"
+        if value < 7200:
+            return f"{round(value / 60, 1):g} min"
+        return f"{round(value / 3600, 1):g} h"
     return f"{value:g}" if value < 10_000 else f"{value / 1000:g}k"
 
 
@@ -216,7 +242,7 @@ def render(chart: Chart) -> SafeString:
                    default=0)
     else:
         peak = max((v or 0 for s in chart.series for v in s.values), default=0)
-    top = nice_max(float(peak))
+    top = nice_max_seconds(float(peak)) if chart.unit == "s" else nice_max(float(peak))
     body = _bars(chart, top) if chart.kind == "stacked" else _lines(chart, top)
     k = escape(chart.key)
     svg = (
