@@ -89,10 +89,12 @@ def decode_cursor(value: str) -> tuple[dt.datetime, int] | None:
 def search_q(text: str) -> Q:
     """Exact matches on every identifier (each has an index), plus operation-ID prefixes."""
     text = text.strip()
-    agent_ids = AgentCredential.objects.filter(name=text).values("pk")
-    return (Q(operation_id=text) | Q(operation_id__startswith=text) | Q(run_id=text)
-            | Q(customer_ref=text) | Q(provider_request_id=text) | Q(subject=text)
-            | Q(agent_id__in=agent_ids))
+    condition = (Q(operation_id=text) | Q(operation_id__startswith=text) | Q(run_id=text)
+                 | Q(customer_ref=text) | Q(provider_request_id=text) | Q(subject=text))
+    # The agent by name first (its own small table), so every arm of the OR is one index
+    # lookup and PostgreSQL can combine them (BitmapOr) instead of scanning the ledger.
+    agent_id = AgentCredential.objects.filter(name=text).values_list("pk", flat=True).first()
+    return condition | Q(agent_id=agent_id) if agent_id is not None else condition
 
 
 def filtered(data: Mapping[str, Any], now: dt.datetime | None = None) -> QuerySet[Operation]:
@@ -148,7 +150,10 @@ def page(rows: QuerySet[Operation], after: tuple[dt.datetime, int] | None,
          size: int = PAGE_SIZE) -> Page:
     if after is not None:
         created, pk = after
-        rows = rows.filter(Q(created_at__lt=created) | Q(created_at=created, pk__lt=pk))
+        # created_at <= … alone bounds the index range (PostgreSQL cannot seek on the OR);
+        # the OR then only breaks ties within one timestamp.
+        rows = rows.filter(created_at__lte=created).filter(
+            Q(created_at__lt=created) | Q(pk__lt=pk))
     found = list(rows.select_related("agent").order_by("-created_at", "-pk")[: size + 1])
     more = len(found) > size
     found = found[:size]
