@@ -11,7 +11,7 @@ events each, and the same fixed set of unresolved ones (prepared, in flight, unk
 cases, some awaiting review) at both sizes — a healthy ledger's unresolved rows do not grow with
 its history. The rollup counters are filled by running the real rollup over the last day.
 
-Prints the median of seven requests per view at each size and the ratio large/small (the goal
+Prints the median of eleven requests per view at each size and the ratio large/small (the goal
 is ≤ 1.5: the pages read indexes and counters, never the whole table).
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 UNRESOLVED = {"prepared": 40, "in_flight": 40, "unknown": 300}
-SAMPLES = 7
+SAMPLES = 11
 
 
 def main() -> int:

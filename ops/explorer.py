@@ -123,9 +123,16 @@ def filtered(data: Mapping[str, Any], now: dt.datetime | None = None) -> QuerySe
 
 
 def _tools() -> set[str]:
-    from ledger.tools import REGISTRY
+    """The configured tools' names; failing that (a catalogue without a registry mapping),
+    the tools the counters have seen."""
+    from ledger import tools
 
-    return set(REGISTRY)
+    registry = getattr(tools, "REGISTRY", None)
+    if registry is not None:
+        return {str(name) for name in registry}
+    from ops.models import Stat
+
+    return set(Stat.objects.exclude(tool="").values_list("tool", flat=True).distinct())
 
 
 def _providers() -> set[str]:
