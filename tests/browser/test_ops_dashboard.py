@@ -99,6 +99,30 @@ def test_overview_refreshes_when_the_tab_becomes_visible_again(
     assert console.violations == []
 
 
+def test_overview_skips_its_poll_while_the_tab_is_hidden(
+        live_server: Any, staff_page: Any, reviewer: Any) -> None:
+    page: Page = staff_page(reviewer)
+    page.goto(f"{live_server.url}/ops/")
+    expect(page.locator("#live")).to_be_visible()
+    # A poll as htmx issues it (no triggering event), with the tab hidden and then visible.
+    cancelled = page.evaluate("""() => {
+        const live = document.getElementById("live");
+        const poll = () => {
+            const event = new CustomEvent("htmx:beforeRequest", {bubbles: true, cancelable: true,
+                detail: {elt: live, requestConfig: {triggeringEvent: null}}});
+            live.dispatchEvent(event);
+            return event.defaultPrevented;
+        };
+        const hidden = () => "hidden";
+        Object.defineProperty(document, "visibilityState", {get: hidden, configurable: true});
+        const whileHidden = poll();
+        Object.defineProperty(document, "visibilityState", {get: () => "visible",
+                                                            configurable: true});
+        return [whileHidden, poll()];
+    }""")
+    assert cancelled == [True, False]
+
+
 def test_overview_at_375_pixels_has_no_horizontal_scroll(
         live_server: Any, staff_page: Any, reviewer: Any, agent: AgentCredential,
         console: ConsoleLog) -> None:
