@@ -82,7 +82,8 @@ def seed_terminal(agent_id: int, first: int, last: int, total: int) -> None:
             jsonb_build_object('invoice', 'invoice-' || g), '{{}}'::jsonb,
             'sha256:' || md5(g::text), CASE WHEN mod(g, 50) = 0 THEN 'failed' ELSE 'succeeded' END,
             1, 1, '', NULL, 'key-' || g, t, 'eff_' || g, '{{}}'::jsonb,
-            CASE WHEN mod(g, 50) = 0 THEN 'http_402.rejected' ELSE '' END, 2500 + mod(g, 1000), 'EUR',
+            CASE WHEN mod(g, 50) = 0 THEN 'http_402.rejected' ELSE '' END,
+            2500 + mod(g, 1000), 'EUR',
             'invoice-' || g, 'CUST-' || g, md5('token' || g), t, t, t, t
         FROM (SELECT g, now() - ((%s - g) * interval '30 days' / %s) AS t
               FROM generate_series(%s, %s) AS g) AS rows
@@ -125,7 +126,8 @@ def seed_unresolved(agent_id: int) -> None:
                 CASE WHEN %s = 'prepared' THEN NULL
                      ELSE now() - (mod(g, 30)) * interval '1 hour' END,
                 '', NULL, '', 2500, 'EUR', 'invoice-open-' || g, '', md5('open' || g),
-                now() - (mod(g, 30)) * interval '1 hour', now() - (mod(g, 40)) * interval '1 minute',
+                now() - mod(g, 30) * interval '1 hour',
+                now() - mod(g, 40) * interval '1 minute',
                 now(), NULL
             FROM generate_series(%s, %s) AS g
         """, [status, status, status, start, start + count - 1])

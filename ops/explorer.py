@@ -20,7 +20,13 @@ from django.utils import timezone
 
 from ledger.models import AgentCredential, Operation, OperationEvent
 from ledger.tools import UnknownTool, get_tool
-from ops.figures import UNRESOLVED, near_retention_q, past_lease_q, past_sla_q
+from ops.figures import (
+    UNRESOLVED,
+    all_tool_versions,
+    near_retention_q,
+    past_lease_q,
+    past_sla_q,
+)
 from reconciliation.models import Case, CaseEvent, Evidence
 
 S = Operation.Status
@@ -114,31 +120,22 @@ def filtered(data: Mapping[str, Any], now: dt.datetime | None = None) -> QuerySe
     problem = data.get("problem")
     if problem:
         rows = rows.filter(status__in=UNRESOLVED)
-        tools = {data["tool"]} if data.get("tool") else _tools()
-        providers = {data["provider"]} if data.get("provider") else _providers()
+        versions = all_tool_versions()
         rows = rows.filter({"past_lease": past_lease_q(now),
-                            "past_sla": past_sla_q(now, tools),
-                            "near_retention": near_retention_q(now, providers)}[problem])
+                            "past_sla": past_sla_q(now, versions),
+                            "near_retention": near_retention_q(now, versions)}[problem])
     return rows
 
 
 def _tools() -> set[str]:
-    """The configured tools' names; failing that (a catalogue without a registry mapping),
-    the tools the counters have seen."""
-    from ledger import tools
-
-    registry = getattr(tools, "REGISTRY", None)
-    if registry is not None:
-        return {str(name) for name in registry}
-    from ops.models import Stat
-
-    return set(Stat.objects.exclude(tool="").values_list("tool", flat=True).distinct())
+    return {name for name, _ in all_tool_versions()}
 
 
 def _providers() -> set[str]:
-    from ledger.providers import adapter_names
+    from ledger.tools import catalogue
 
-    return set(adapter_names())
+    return {tool.provider for versions in catalogue().versions.values()
+            for tool in versions.values()}
 
 
 def filter_choices() -> tuple[list[str], list[str], list[str]]:
@@ -239,7 +236,7 @@ def operation_page(pk: int) -> OperationPage | None:
     if operation is None:
         return None
     try:
-        secret_fields = tuple(get_tool(operation.tool).secret_fields)
+        secret_fields = tuple(get_tool(operation.tool, operation.tool_version).secret_fields)
     except UnknownTool:
         secret_fields = ()
     events = list(operation.events.order_by("created_at", "id"))

@@ -18,7 +18,6 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from ledger.models import Operation
-from ledger.providers import get_adapter
 from ledger.tools import UnknownTool, get_tool
 from ops.models import RollupCursor, SweepHeartbeat
 from reconciliation.models import Case
@@ -37,21 +36,34 @@ SWEEPS = {
 }
 
 
-def unknown_sla_seconds(tool_name: str) -> int:
-    """The tool's own SLA for an unknown outcome, or the ledger-wide default."""
+ToolVersion = tuple[str, int]
+
+
+def unknown_sla_seconds(tool_name: str, version: int | None = None) -> int:
+    """The tool version's own SLA for an unknown outcome, or the ledger-wide default."""
     default = int(settings.LEDGER_UNKNOWN_SLA_SECONDS)
     try:
-        tool = get_tool(tool_name)
+        tool = get_tool(tool_name, version)
     except UnknownTool:
         return default
     return int(getattr(tool, "unknown_sla_seconds", default) or default)
 
 
-def key_retention_seconds(provider: str) -> int | None:
+def key_retention_seconds(tool_name: str, version: int) -> int | None:
+    """How long the provider of the operation's tool version keeps an idempotency key."""
     try:
-        return get_adapter(provider).capabilities.key_retention_seconds
-    except KeyError:
+        adapter = get_tool(tool_name, version).adapter
+    except UnknownTool:
         return None
+    return adapter.capabilities.key_retention_seconds
+
+
+def all_tool_versions() -> set[ToolVersion]:
+    """Every version the catalogue declares (configuration-sized)."""
+    from ledger.tools import catalogue
+
+    return {(name, version) for name, versions in catalogue().versions.items()
+            for version in versions}
 
 
 def sweep_stale_after() -> dt.timedelta:
@@ -65,24 +77,27 @@ def past_lease_q(now: dt.datetime) -> Q:
     return Q(status=S.IN_FLIGHT, lease_expires_at__lt=now)
 
 
-def past_sla_q(now: dt.datetime, tools: set[str]) -> Q:
+def past_sla_q(now: dt.datetime, tool_versions: set[ToolVersion]) -> Q:
     """unknown for longer than its tool's SLA (updated_at is when it became unknown)."""
     default = dt.timedelta(seconds=int(settings.LEDGER_UNKNOWN_SLA_SECONDS))
-    condition = Q(status=S.UNKNOWN, updated_at__lt=now - default) & ~Q(tool__in=tools)
-    for tool in sorted(tools):
-        sla = dt.timedelta(seconds=unknown_sla_seconds(tool))
-        condition |= Q(status=S.UNKNOWN, tool=tool, updated_at__lt=now - sla)
+    condition = Q(status=S.UNKNOWN, updated_at__lt=now - default)
+    for tool, version in sorted(tool_versions):
+        sla = dt.timedelta(seconds=unknown_sla_seconds(tool, version))
+        if sla != default:
+            # This version's own SLA replaces the default one for its rows.
+            condition = (condition & ~Q(tool=tool, tool_version=version)) | Q(
+                status=S.UNKNOWN, tool=tool, tool_version=version, updated_at__lt=now - sla)
     return condition
 
 
-def near_retention_q(now: dt.datetime, providers: set[str]) -> Q:
+def near_retention_q(now: dt.datetime, tool_versions: set[ToolVersion]) -> Q:
     """Unresolved, and the provider forgets its key within two hours (or already has)."""
     condition = Q(pk__in=[])
-    for provider in sorted(providers):
-        retention = key_retention_seconds(provider)
+    for tool, version in sorted(tool_versions):
+        retention = key_retention_seconds(tool, version)
         if retention:
             cutoff = now + RETENTION_WARNING - dt.timedelta(seconds=retention)
-            condition |= Q(provider=provider, key_first_sent_at__lt=cutoff)
+            condition |= Q(tool=tool, tool_version=version, key_first_sent_at__lt=cutoff)
     return Q(status__in=UNRESOLVED) & condition
 
 
@@ -92,6 +107,7 @@ def near_retention_q(now: dt.datetime, providers: set[str]) -> Q:
 class OpenCount:
     status: str
     tool: str
+    version: int
     provider: str
     count: int
 
@@ -118,14 +134,6 @@ class NowFigures:
     by_status: dict[str, int] = field(default_factory=dict)
 
     @property
-    def tools(self) -> set[str]:
-        return {row.tool for row in self.open_rows}
-
-    @property
-    def providers(self) -> set[str]:
-        return {row.provider for row in self.open_rows}
-
-    @property
     def status_rows(self) -> list[tuple[str, str, int]]:
         return [(status, S(status).label, count) for status, count in self.by_status.items()]
 
@@ -135,23 +143,24 @@ class NowFigures:
 
 
 def open_operations() -> list[OpenCount]:
-    """Unresolved operations by status, tool and provider: one scan of the partial index."""
+    """Unresolved operations by status, tool (version) and provider: one scan of the partial
+    index."""
     rows = (Operation.objects.filter(status__in=UNRESOLVED)
-            .values_list("status", "tool", "provider").annotate(n=Count("id"))
-            .order_by("status", "tool", "provider"))
-    return [OpenCount(status, tool, provider, n) for status, tool, provider, n in rows]
+            .values_list("status", "tool", "tool_version", "provider").annotate(n=Count("id"))
+            .order_by("status", "tool", "tool_version", "provider"))
+    return [OpenCount(status, tool, version, provider, n)
+            for status, tool, version, provider, n in rows]
 
 
 def overdue_counts(now: dt.datetime, open_rows: list[OpenCount]) -> dict[str, int]:
     """The three operation alert figures in one statement over the unresolved rows."""
-    tools = {row.tool for row in open_rows}
-    providers = {row.provider for row in open_rows}
     if not open_rows:
         return {"past_lease": 0, "past_sla": 0, "near_retention": 0}
+    versions = {(row.tool, row.version) for row in open_rows}
     counts: dict[str, Any] = Operation.objects.filter(status__in=UNRESOLVED).aggregate(
         past_lease=Count("id", filter=past_lease_q(now)),
-        past_sla=Count("id", filter=past_sla_q(now, tools)),
-        near_retention=Count("id", filter=near_retention_q(now, providers)),
+        past_sla=Count("id", filter=past_sla_q(now, versions)),
+        near_retention=Count("id", filter=near_retention_q(now, versions)),
     )
     return {name: int(value or 0) for name, value in counts.items()}
 

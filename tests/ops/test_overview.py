@@ -3,9 +3,9 @@ banners, the charts' text alternatives, and a cost that does not grow with the l
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,6 +14,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from ledger.models import Operation
+from ledger.tools import get_tool
 from ops import figures, rollup
 from ops.models import SweepHeartbeat
 from tests.ops.conftest import op_in, ops_in_every_state
@@ -83,11 +84,11 @@ def test_in_flight_past_lease_is_a_figure_a_banner_and_a_filtered_list(
         late.operation_id, "wf-2:invoice-2:refund-1:v1"}
 
 
-def test_unknown_past_sla_uses_the_default_sla(ops_client: Client, agent: Any, frozen: Any,
-                                               settings: Any) -> None:
-    settings.LEDGER_UNKNOWN_SLA_SECONDS = 600
+def test_unknown_past_sla_uses_the_tools_sla(ops_client: Client, agent: Any,
+                                             frozen: Any) -> None:
+    sla = get_tool("refund", 1).unknown_sla_seconds
     overdue = op_in(agent, S.UNKNOWN, 1)
-    frozen.shift(500)
+    frozen.shift(sla - 100)
     op_in(agent, S.UNKNOWN, 2)
     frozen.shift(101)
     html = ops_client.get("/ops/").content.decode()
@@ -96,10 +97,17 @@ def test_unknown_past_sla_uses_the_default_sla(ops_client: Client, agent: Any, f
     assert explorer_ids(ops_client, "/ops/operations/?problem=past_sla") == {overdue.operation_id}
 
 
+def test_a_tool_the_catalogue_does_not_know_gets_the_default_sla(settings: Any) -> None:
+    settings.LEDGER_UNKNOWN_SLA_SECONDS = 600
+    assert figures.unknown_sla_seconds("retired-tool", 3) == 600
+
+
 def test_unknown_past_sla_honours_the_tools_own_sla(ops_client: Client, agent: Any, frozen: Any,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(figures, "get_tool",
-                        lambda name: SimpleNamespace(name=name, unknown_sla_seconds=60))
+    def with_short_sla(name: str, version: int | None = None) -> Any:
+        return dataclasses.replace(get_tool(name, version), unknown_sla_seconds=60)
+
+    monkeypatch.setattr(figures, "get_tool", with_short_sla)
     op_in(agent, S.UNKNOWN, 1)
     frozen.shift(61)
     assert figures.now_figures().unknown_past_sla == 1
