@@ -11,8 +11,10 @@ events each, and the same fixed set of unresolved ones (prepared, in flight, unk
 cases, some awaiting review) at both sizes — a healthy ledger's unresolved rows do not grow with
 its history. The rollup counters are filled by running the real rollup over the last day.
 
-Prints the median of eleven requests per view at each size and the ratio large/small (the goal
-is ≤ 1.5: the pages read indexes and counters, never the whole table).
+The small database is copied (CREATE DATABASE … TEMPLATE) and the copy grown to the large
+size; then every view is requested alternately on the two, eleven times each, so whatever else
+the machine is doing slows both sides alike. Prints the medians and the ratio large/small (the
+goal is ≤ 1.5: the pages read indexes and counters, never the whole table).
 """
 
 from __future__ import annotations
@@ -50,11 +52,20 @@ def main() -> int:
         print("set DATABASE_URL=postgres://… (this benchmark bulk-loads with generate_series)")
         return 2
     connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+    small_db = str(connection.settings_dict["NAME"])
+    extra: list[str] = []
     try:
-        run(args.small, args.large)
+        extra = run(args.small, args.large)
     finally:
         connection.close()
-        connection.creation.destroy_test_db(connection.settings_dict["NAME"], verbosity=0)
+        connection.settings_dict["NAME"] = small_db
+        for name in extra or [f"{small_db}_large"]:
+            use("postgres")
+            with connection.cursor() as cursor:
+                cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            connection.close()
+        connection.settings_dict["NAME"] = small_db
+        connection.creation.destroy_test_db(small_db, verbosity=0)
     return 0
 
 
@@ -154,51 +165,77 @@ def analyze() -> None:
         sql(f"VACUUM ANALYZE {table}")
 
 
-def median_ms(call: Any) -> float:
-    samples = []
-    for _ in range(SAMPLES):
-        begun = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - begun)
-    return statistics.median(samples) * 1000
+def use(database: str) -> None:
+    """Point the default connection at one of the two databases (connect outside the timing)."""
+    from django.db import connection
+
+    connection.close()
+    connection.settings_dict["NAME"] = database
+    connection.ensure_connection()
 
 
-def measure() -> dict[str, float]:
-    from django.contrib.auth import get_user_model
-    from django.test import Client
-
+def views() -> dict[str, str]:
+    """The URLs measured; built on the large database, where every row they name exists in
+    the small one too (IDs 1–10,000 and the unresolved rows are in both)."""
     from ledger.models import Operation
-    from ops import rollup
     from ops.explorer import encode_cursor
 
-    user = get_user_model().objects.get(username="bench-ops")
-    client = Client()
-    client.force_login(user)
-    deep = Operation.objects.order_by("-created_at", "-pk")[Operation.objects.count() * 4 // 5]
-    newest = Operation.objects.order_by("-pk").values_list("operation_id", flat=True)[500]
+    small_rows = Operation.objects.filter(operation_id__startswith="wf-").exclude(
+        operation_id__startswith="wf-open").order_by("-created_at", "-pk")
+    deep = small_rows.filter(pk__lte=8_000).first()
     one = Operation.objects.filter(status="unknown").order_by("pk").first()
-    assert one is not None
-    views = {
+    assert deep is not None and one is not None
+    return {
         "overview, last hour": "/ops/?period=hour",
         "overview, last day": "/ops/?period=day",
         "overview, 30 days": "/ops/?period=month",
         "explorer, first page": "/ops/operations/",
-        "explorer, page at 80 %": f"/ops/operations/?after={encode_cursor(deep)}",
-        "explorer, search op ID": f"/ops/operations/?q={newest}",
-        "explorer, search prefix": "/ops/operations/?q=wf-12345",
+        "explorer, deep page": f"/ops/operations/?after={encode_cursor(deep)}",
+        "explorer, search op ID": "/ops/operations/?q=wf-9500:invoice-9500:refund-1:v1",
+        "explorer, search prefix": "/ops/operations/?q=wf-1234",
         "explorer, search subject": "/ops/operations/?q=invoice-777",
         "explorer, status=unknown": "/ops/operations/?status=unknown",
-        "explorer, tool+provider": "/ops/operations/?tool=refund&provider=stripe-sandbox",
+        "explorer, tool+provider": "/ops/operations/?tool=refund&provider=sandbox",
         "explorer, problem=past_sla": "/ops/operations/?problem=past_sla",
         "explorer, last 2 days": "/ops/operations/?since=" + time.strftime(
             "%Y-%m-%dT%H:%M", time.gmtime(time.time() - 2 * 86400)),
         "operation page": f"/ops/operations/{one.pk}/",
     }
+
+
+def measure(small_db: str, large_db: str, session_key: str) -> dict[str, tuple[float, float]]:
+    """Each view alternately on the small and the large database, SAMPLES times each, so
+    whatever else the machine is doing slows both sides alike; medians in ms."""
+    from django.conf import settings
+    from django.test import Client
+
+    from ops import rollup
+
+    client = Client()
+    client.cookies.load({settings.SESSION_COOKIE_NAME: session_key})
+    use(large_db)
+    urls = views()
     results = {}
-    for name, url in views.items():
-        assert client.get(url).status_code == 200, url
-        results[name] = median_ms(lambda url=url: client.get(url))
-    results["rollup of one minute"] = median_ms(_one_minute_rollup(rollup))
+    for name, url in urls.items():
+        samples: dict[str, list[float]] = {small_db: [], large_db: []}
+        for _ in range(SAMPLES):
+            for database in (small_db, large_db):
+                use(database)
+                assert client.get(url).status_code == 200, url  # warm, and checked
+                begun = time.perf_counter()
+                client.get(url)
+                samples[database].append(time.perf_counter() - begun)
+        results[name] = (statistics.median(samples[small_db]) * 1000,
+                         statistics.median(samples[large_db]) * 1000)
+    minute: dict[str, list[float]] = {small_db: [], large_db: []}
+    for _ in range(SAMPLES):
+        for database in (small_db, large_db):
+            use(database)
+            begun = time.perf_counter()
+            _one_minute_rollup(rollup)()
+            minute[database].append(time.perf_counter() - begun)
+    results["rollup of one minute"] = (statistics.median(minute[small_db]) * 1000,
+                                       statistics.median(minute[large_db]) * 1000)
     return results
 
 
@@ -219,31 +256,50 @@ def _one_minute_rollup(rollup: Any) -> Any:
     return run
 
 
-def run(small: int, large: int) -> None:
-    from django.contrib.auth import get_user_model
+def run(small: int, large: int) -> list[str]:
+    """Seed the small database, copy it (CREATE DATABASE … TEMPLATE) and grow the copy to the
+    large size; returns the copy's name for the caller to drop."""
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, get_user_model
+    from django.contrib.auth import SESSION_KEY as USER_KEY
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.db import connection
 
     from ledger.auth import agent_create
     from ops import rollup
 
     agent, _ = agent_create(name="bench-ops", tools=["refund", "send_email"])
-    get_user_model().objects.create_user("bench-ops", is_staff=True)
+    user = get_user_model().objects.create_user("bench-ops", is_staff=True)
+    store = SessionStore()
+    store.update({USER_KEY: str(user.pk),
+                  BACKEND_SESSION_KEY: "django.contrib.auth.backends.ModelBackend",
+                  HASH_SESSION_KEY: user.get_session_auth_hash()})
+    store.save()  # copied with the database, so the same cookie signs in to both
     print(f"seeding {small:,} operations")
     seed_unresolved(agent.pk)
     seed_terminal(agent.pk, 1, small, small)
     rollup.rollup_until_current(max_runs=8)
     analyze()
-    at_small = measure()
-    print(f"seeding up to {large:,} operations")
+    small_db = str(connection.settings_dict["NAME"])
+    large_db = f"{small_db}_large"
+    connection.close()
+    use("postgres")
+    with connection.cursor() as cursor:
+        cursor.execute(f'DROP DATABASE IF EXISTS "{large_db}"')
+        cursor.execute(f'CREATE DATABASE "{large_db}" TEMPLATE "{small_db}"')
+    use(large_db)
+    print(f"copied; growing the copy to {large:,} operations")
     seed_terminal(agent.pk, small + 1, large, large)
     analyze()
-    at_large = measure()
+    results = measure(small_db, large_db, str(store.session_key))
     print(f"\n{'view':30} {small:>10,} ops {large:>10,} ops   ratio")
-    for name in at_small:
-        ratio = at_large[name] / at_small[name]
-        print(f"{name:30} {at_small[name]:10.1f} ms {at_large[name]:10.1f} ms   {ratio:5.2f}")
-    total_small, total_large = sum(at_small.values()), sum(at_large.values())
+    for name, (at_small, at_large) in results.items():
+        print(f"{name:30} {at_small:10.1f} ms {at_large:10.1f} ms   {at_large / at_small:5.2f}")
+    total_small = sum(a for a, _ in results.values())
+    total_large = sum(b for _, b in results.values())
     print(f"{'all views together':30} {total_small:10.1f} ms {total_large:10.1f} ms   "
           f"{total_large / total_small:5.2f}")
+    use(small_db)
+    return [large_db]
 
 
 if __name__ == "__main__":
