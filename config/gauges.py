@@ -39,8 +39,12 @@ def refresh_gauges() -> None:
     REVIEW_OVERDUE.set(now.review_overdue)
     KEYS_NEAR_RETENTION.set(now.keys_near_retention)
     UNRESOLVED.clear()
-    for row in now.open_rows:
-        UNRESOLVED.labels(row.status, row.tool, row.provider).set(row.count)
+    by_label: dict[tuple[str, str, str], int] = {}
+    for row in now.open_rows:  # one row per tool version; the gauge sums them
+        key = (row.status, row.tool, row.provider)
+        by_label[key] = by_label.get(key, 0) + row.count
+    for (status, tool, provider), count in by_label.items():
+        UNRESOLVED.labels(status, tool, provider).set(count)
     if now.webhooks_failing is not None:
         WEBHOOKS_FAILING.set(now.webhooks_failing)
     for sweep in now.sweeps:

@@ -153,7 +153,8 @@ def _last_day(now: NowFigures) -> list[dict[str, object]]:
     """Rows of the "by tool and provider" table: open now (exact) and the last 24 h (rolled)."""
     open_by: dict[tuple[str, str], dict[str, int]] = {}
     for row in now.open_rows:
-        open_by.setdefault((row.tool, row.provider), {})[row.status] = row.count
+        counts = open_by.setdefault((row.tool, row.provider), {})
+        counts[row.status] = counts.get(row.status, 0) + row.count  # summed over versions
     recent = outcomes_last_day(now.now)
     rows = []
     for tool, provider in sorted(set(open_by) | set(recent)):

@@ -226,3 +226,18 @@ def test_the_overview_costs_the_same_number_of_queries_whatever_the_data(
     assert few == many
     assert many <= 14
     assert Operation.objects.count() == 51
+
+
+def test_versions_of_one_tool_are_summed_on_the_page_and_in_the_gauge(
+        ops_client: Client, agent: Any) -> None:
+    op_in(agent, S.UNKNOWN, 1)
+    other = op_in(agent, S.UNKNOWN, 2)
+    Operation.objects.filter(pk=other.pk).update(tool_version=2)  # a retired version
+    html = ops_client.get("/ops/").content.decode()
+    assert figure_value(html, "Unknown now") == 2
+    row = re.search(r'>refund</a></th><td>sandbox</td><td class="num">0</td>'
+                    r'<td class="num">0</td><td class="num">(\d+)</td>', html)
+    assert row and row.group(1) == "2"
+    metrics = Client().get("/metrics").content.decode()
+    assert re.search(r'^ledger_operations_unresolved\{provider="sandbox",status="unknown",'
+                     r'tool="refund"\} 2\.0$', metrics, re.M)
