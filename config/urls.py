@@ -16,6 +16,7 @@ urlpatterns = [
     path("api/docs/", ApiDocsView.as_view(url_name="schema"), name="api-docs"),
     path("status/", include("portal.urls")),
     path("review/", include("reconciliation.urls")),
+    path("ops/", include("ops.urls")),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
     path("metrics", views.metrics, name="metrics"),

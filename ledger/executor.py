@@ -20,7 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from ledger import dispatch, metrics, selectors, transitions, versions
+from ledger import dispatch, metrics, selectors, tally, transitions, versions
 from ledger.canonical import CanonicalizationError, params_hash, provider_idempotency_key
 from ledger.identity import validate_operation_id
 from ledger.models import AgentCredential, Operation
@@ -198,6 +198,7 @@ def _resubmitted(
     if operation.agent_id != agent.pk or operation.params_hash != values["params_hash"]:
         # Another agent's ID is reported as a conflict too, without showing its params.
         metrics.CONFLICTS.labels(tool.name).inc()
+        tally.count("conflict", tool=tool.name, provider=operation.provider)
         raise ParamsConflict(operation, _differences(operation, values, agent))
     if tool_call_id and tool_call_id not in operation.tool_call_ids:
         transitions.operation_note_tool_call(
@@ -213,6 +214,7 @@ def _resubmitted(
 def _existing(operation: Operation, tool: Tool) -> Submission:
     if operation.is_terminal:
         metrics.REPLAYS.labels(tool.name).inc()
+        tally.count("replay", tool=tool.name, provider=operation.provider)
         return Submission(operation, Disposition.REPLAYED)
     if operation.status == S.IN_FLIGHT:
         operation = transitions.operation_expire_lease(operation=operation)
@@ -267,6 +269,7 @@ def send_claimed(claim: transitions.Claim, *, tool: Tool, actor: str = "",
         operation.params = dict(params)
     adapter = tool.adapter
     outcome = adapter.send(operation, key=operation.idempotency_key, timeout=request_timeout(tool))
+    metrics.count_send_outcome(operation.provider, outcome)
     return persist_outcome(claim, outcome, actor=actor or f"worker:{worker_name()}")
 
 

@@ -125,6 +125,21 @@ class Operation(models.Model):
             ),
             # A run's operations in order (GET /runs/{run_id}/operations).
             models.Index(fields=["run_id", "created_at"], name="operation_run_idx"),
+            # The operators' overview: unresolved rows by status, tool and provider (and the
+            # in_flight/unknown/near-retention figures among them), read without touching the
+            # terminal rows that make up nearly all of the table.
+            models.Index(
+                fields=["status", "tool", "provider"],
+                name="operation_unresolved_idx",
+                condition=Q(status__in=["prepared", "in_flight", "unknown"]),
+            ),
+            # The operations explorer: newest first, keyset pagination and time ranges.
+            models.Index(fields=["created_at", "id"], name="operation_created_idx"),
+            # The explorer's search by customer reference and by provider reference.
+            models.Index(fields=["customer_ref"], name="operation_customer_ref_idx",
+                         condition=~Q(customer_ref="")),
+            models.Index(fields=["provider_request_id"], name="operation_provider_ref_idx",
+                         condition=~Q(provider_request_id="")),
         ]
 
     def __str__(self) -> str:

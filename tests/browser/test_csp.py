@@ -52,6 +52,10 @@ def test_no_csp_violation_on_any_page(
         f"{base}/review/?tab=second&tool=refund",
         f"{base}/review/cases/{case.pk}/",
         f"{base}/review/cases/{proposed.pk}/",
+        f"{base}/ops/",
+        f"{base}/ops/?period=month",
+        f"{base}/ops/operations/?status=unknown",
+        f"{base}/ops/operations/{case.operation_id}/",
     ]
     for url in staff_urls:
         _visit(staff, url, origins)
