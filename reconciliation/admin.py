@@ -150,7 +150,7 @@ class DecisionAdmin(_ReadOnlyAdmin):
 
 # ==============================================================================================
 # BEGIN review decisions on the Case change form — maintained with the review queue
-# (reconciliation/review.py, reconciliation/forms.py, templates/admin/reconciliation/case/
+# (reconciliation/review/services.py, reconciliation/forms.py, templates/admin/reconciliation/case/
 # decide.html). Django 6.1 change-form actions; every one goes through the same services as
 # /review/: the claim, a decision with its reason code and note, four-eyes approval.
 # ==============================================================================================
@@ -158,8 +158,8 @@ from django.contrib.admin.options import ActionLocation  # noqa: E402
 from django.template.response import TemplateResponse  # noqa: E402
 
 from config.http import authenticated_user  # noqa: E402
-from reconciliation import review  # noqa: E402
 from reconciliation.forms import ApprovalForm  # noqa: E402
+from reconciliation.review import services as review_services  # noqa: E402
 
 
 class _AdminDecisionForm(ApprovalForm):
@@ -171,7 +171,7 @@ def _one_case(queryset: QuerySet[Case]) -> Case:
 
 
 def _refused(modeladmin: admin.ModelAdmin, request: HttpRequest,
-             error: review.ReviewError) -> None:
+             error: review_services.ReviewError) -> None:
     modeladmin.message_user(request, error.message, messages.ERROR)
 
 
@@ -181,8 +181,8 @@ def claim_for_me(modeladmin: admin.ModelAdmin, request: HttpRequest,
                  queryset: QuerySet[Case]) -> None:
     case = _one_case(queryset)
     try:
-        review.case_claim(case_id=case.pk, user=authenticated_user(request))
-    except review.ReviewError as error:
+        review_services.case_claim(case_id=case.pk, user=authenticated_user(request))
+    except review_services.ReviewError as error:
         _refused(modeladmin, request, error)
         return
     modeladmin.message_user(request, f"You hold case {case.pk} for 15 minutes.", messages.INFO)
@@ -194,8 +194,8 @@ def release_my_claim(modeladmin: admin.ModelAdmin, request: HttpRequest,
                      queryset: QuerySet[Case]) -> None:
     case = _one_case(queryset)
     try:
-        review.case_release(case_id=case.pk, user=authenticated_user(request))
-    except review.ReviewError as error:
+        review_services.case_release(case_id=case.pk, user=authenticated_user(request))
+    except review_services.ReviewError as error:
         _refused(modeladmin, request, error)
         return
     modeladmin.message_user(request, f"Case {case.pk} released.", messages.INFO)
@@ -208,7 +208,8 @@ def _decision_page(modeladmin: admin.ModelAdmin, request: HttpRequest, case: Cas
         **modeladmin.admin_site.each_context(request),
         "title": title, "case": case, "operation": case.operation, "form": form,
         "action": action, "action_name": action_name, "pending": pending,
-        "four_eyes": review.needs_four_eyes(case.operation), "opts": modeladmin.model._meta,
+        "four_eyes": review_services.needs_four_eyes(case.operation),
+        "opts": modeladmin.model._meta,
         "review_url": f"/review/cases/{case.pk}/",
     }
     return TemplateResponse(request, "admin/reconciliation/case/decide.html", context)
@@ -231,12 +232,12 @@ def _decide(action: str, action_name: str, title: str) -> Any:
         user = authenticated_user(request)
         try:
             # Deciding needs the claim: take it (refused while another reviewer holds it).
-            review.case_claim(case_id=case.pk, user=user)
-            outcome = review.case_decide(
+            review_services.case_claim(case_id=case.pk, user=user)
+            outcome = review_services.case_decide(
                 case_id=case.pk, user=user, action=action,
                 reason_code=data["reason_code"], note=data["note"],
                 params_hash=data["params_hash"])
-        except review.ReviewError as error:
+        except review_services.ReviewError as error:
             _refused(modeladmin, request, error)
             return None
         modeladmin.message_user(request, outcome.message, messages.SUCCESS)
@@ -275,12 +276,12 @@ def approve_pending(modeladmin: admin.ModelAdmin, request: HttpRequest,
                               pending=pending)
     user = authenticated_user(request)
     try:
-        review.case_claim(case_id=case.pk, user=user)
-        outcome = review.decision_approve(
+        review_services.case_claim(case_id=case.pk, user=user)
+        outcome = review_services.decision_approve(
             decision_id=pending.pk, user=user,
             reason_code=form.cleaned_data["reason_code"], note=form.cleaned_data["note"],
             params_hash=form.cleaned_data["params_hash"])
-    except review.ReviewError as error:
+    except review_services.ReviewError as error:
         _refused(modeladmin, request, error)
         return None
     modeladmin.message_user(request, f"2 of 2 approvals. {outcome.message}", messages.SUCCESS)

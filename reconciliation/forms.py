@@ -8,8 +8,8 @@ from typing import Any
 
 from django import forms
 
-from reconciliation import review
 from reconciliation.models import Decision
+from reconciliation.review import presentation, selectors, services
 
 Action = Decision.Action
 
@@ -47,20 +47,20 @@ class QueueFilterForm(forms.Form):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         anything = [("", "Any")]
-        _choice_field(self, "tool").choices = anything + review.tool_choices()
-        _choice_field(self, "provider").choices = anything + review.provider_choices()
-        _choice_field(self, "reason").choices = anything + review.review_reason_choices()
+        _choice_field(self, "tool").choices = anything + selectors.tool_choices()
+        _choice_field(self, "provider").choices = anything + selectors.provider_choices()
+        _choice_field(self, "reason").choices = anything + presentation.review_reason_choices()
         _choice_field(self, "age").choices = anything + [
-            (key, label) for key, (label, _) in review.AGE_FILTERS.items()
+            (key, label) for key, (label, _) in selectors.AGE_FILTERS.items()
         ]
 
-    def filters(self) -> review.QueueFilters:
+    def filters(self) -> selectors.QueueFilters:
         if not self.is_valid():
             # Bad values are ignored rather than failing the whole queue.
             data = {k: v for k, v in self.cleaned_data.items() if k not in self.errors}
         else:
             data = self.cleaned_data
-        return review.QueueFilters(
+        return selectors.QueueFilters(
             tool=data.get("tool") or "",
             provider=data.get("provider") or "",
             reason=data.get("reason") or "",
@@ -74,9 +74,9 @@ def _reason_choices() -> list[Any]:
     groups: list[Any] = [("", "Choose a reason…")]
     titles = {Action.CONFIRM: "Confirming", Action.REJECT: "Rejecting",
               Action.RESEND: "Re-sending"}
-    for action, codes in review.REASON_CODES.items():
+    for action, codes in services.REASON_CODES.items():
         groups.append((titles[Action(action)], list(codes)))
-    groups.append(review.OTHER_REASON)
+    groups.append(services.OTHER_REASON)
     return groups
 
 
@@ -116,7 +116,7 @@ class DecisionForm(_ReasonedForm):
         if action == Action.RESEND and not self.resend_allowed:
             self.add_error("action", "Re-sending is only possible while the provider still "
                                      "remembers the idempotency key.")
-        if action and code and code not in {c for c, _ in review.reason_choices(action)}:
+        if action and code and code not in {c for c, _ in services.reason_choices(action)}:
             self.add_error("reason_code", "This reason does not fit the decision you chose.")
         return data
 
@@ -130,7 +130,7 @@ class ApprovalForm(_ReasonedForm):
         data = super().clean()
         assert data is not None  # Form.clean() returns cleaned_data
         code = data.get("reason_code")
-        if code and code not in {c for c, _ in review.reason_choices(self.action)}:
+        if code and code not in {c for c, _ in services.reason_choices(self.action)}:
             self.add_error("reason_code", "This reason does not fit the proposed decision.")
         return data
 

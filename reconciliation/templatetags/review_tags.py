@@ -9,7 +9,7 @@ from typing import Any
 from django import template
 from django.utils import timezone
 
-from reconciliation import review
+from reconciliation.review import presentation, services
 
 register = template.Library()
 
@@ -65,7 +65,7 @@ def pretty_json(value: Any) -> str:
 
 @register.filter
 def reason_label(code: str) -> str:
-    return review.review_reason_label(code or "")
+    return presentation.review_reason_label(code or "")
 
 
 @register.filter
@@ -75,7 +75,7 @@ def humanize_code(code: str) -> str:
 
 @register.simple_tag
 def claim_holder(case: Any, user: Any, now: dt.datetime | None = None) -> dict[str, Any]:
-    live = review.claim_is_live(case, now)
+    live = services.claim_is_live(case, now)
     return {
         "live": live,
         "mine": live and case.claimed_by_id == user.pk,
@@ -98,8 +98,8 @@ def hm(moment: dt.datetime | None) -> str:
     return timezone.localtime(moment).strftime("%H:%M UTC")
 
 
-_REASON_CODE_LABELS = {code: label for codes in review.REASON_CODES.values()
-                       for code, label in codes} | {review.OTHER_REASON[0]: review.OTHER_REASON[1]}
+_REASON_CODE_LABELS = {code: label for codes in services.REASON_CODES.values()
+                       for code, label in codes} | dict([services.OTHER_REASON])
 
 
 @register.filter

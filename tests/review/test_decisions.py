@@ -13,8 +13,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ledger.models import AgentCredential, Operation, OperationEvent
-from reconciliation import review
 from reconciliation.models import Case, CaseEvent, Decision, Evidence
+from reconciliation.review import services
 from sandbox.testing import SandboxClient
 from tests.review.factories import review_case
 
@@ -47,7 +47,7 @@ def snapshot() -> tuple[Any, ...]:
 
 @pytest.fixture
 def claimed(case: Case, reviewer: Any) -> Case:
-    review.case_claim(case_id=case.pk, user=reviewer)
+    services.case_claim(case_id=case.pk, user=reviewer)
     return case
 
 
@@ -130,7 +130,7 @@ def test_deciding_on_someone_elses_claim_names_the_holder(
 def test_an_expired_claim_does_not_let_one_decide(ann: Client, claimed: Case) -> None:
     before = snapshot()
 
-    with time_machine.travel(timezone.now() + review.CLAIM_DURATION + dt.timedelta(seconds=1)):
+    with time_machine.travel(timezone.now() + services.CLAIM_DURATION + dt.timedelta(seconds=1)):
         response = ann.post(decide_url(claimed), decision(claimed), **HX)
 
     assert response.status_code == 409
@@ -175,7 +175,7 @@ def test_a_decision_made_on_other_params_is_refused(ann: Client, claimed: Case) 
 
 
 def test_nobody_decides_a_resolved_case(ann: Client, claimed: Case, reviewer: Any) -> None:
-    review.case_decide(case_id=claimed.pk, user=reviewer, **{
+    services.case_decide(case_id=claimed.pk, user=reviewer, **{
         k: v for k, v in decision(claimed).items() if k != "params_hash"},
         params_hash=claimed.operation.params_hash)
     before = snapshot()
@@ -216,7 +216,7 @@ def test_resend_is_not_offered_or_accepted_after_retention(
 ) -> None:
     later = timezone.now() + dt.timedelta(hours=23, minutes=30)
     with time_machine.travel(later):
-        review.case_claim(case_id=case.pk, user=reviewer)
+        services.case_claim(case_id=case.pk, user=reviewer)
         page = ann.get(reverse("review:case", args=[case.pk])).content.decode()
         before = snapshot()
         response = ann.post(decide_url(case), decision(case, "resend"), **HX)
@@ -232,10 +232,10 @@ def test_resend_service_refuses_outside_retention_even_without_the_form(
     case: Case, reviewer: Any
 ) -> None:
     with time_machine.travel(timezone.now() + dt.timedelta(days=2)):
-        review.case_claim(case_id=case.pk, user=reviewer)
+        services.case_claim(case_id=case.pk, user=reviewer)
         before = snapshot()
-        with pytest.raises(review.ResendNotAllowed):
-            review.case_decide(case_id=case.pk, user=reviewer, action="resend",
+        with pytest.raises(services.ResendNotAllowed):
+            services.case_decide(case_id=case.pk, user=reviewer, action="resend",
                                reason_code="safe_inside_retention", note="try again",
                                params_hash=case.operation.params_hash)
     assert snapshot() == before
@@ -262,7 +262,7 @@ def test_resend_is_never_offered_for_a_provider_without_keys(
                                               error_class="x", actor="t", reason="x")
     case = case_transitions.case_escalate(case=Case.objects.get(operation=operation),
                                           reason="no_strategy", actor="t")
-    review.case_claim(case_id=case.pk, user=reviewer)
+    services.case_claim(case_id=case.pk, user=reviewer)
 
     page = ann.get(reverse("review:case", args=[case.pk])).content.decode()
 
@@ -275,7 +275,7 @@ def test_resend_is_never_offered_for_a_provider_without_keys(
 def test_at_the_threshold_a_decision_waits_for_a_second_reviewer(
     ann: Client, big_case: Case, reviewer: Any
 ) -> None:
-    review.case_claim(case_id=big_case.pk, user=reviewer)
+    services.case_claim(case_id=big_case.pk, user=reviewer)
 
     response = ann.post(decide_url(big_case), decision(big_case), **HX)
 
@@ -294,8 +294,8 @@ def test_at_the_threshold_a_decision_waits_for_a_second_reviewer(
 
 
 def _proposed(case: Case, user: Any, action: str = "confirm") -> Decision:
-    review.case_claim(case_id=case.pk, user=user)
-    return review.case_decide(case_id=case.pk, user=user, action=action, reason_code="other",
+    services.case_claim(case_id=case.pk, user=user)
+    return services.case_decide(case_id=case.pk, user=user, action=action, reason_code="other",
                               note="Provider dashboard shows it.",
                               params_hash=case.operation.params_hash).decision
 
@@ -317,7 +317,7 @@ def test_a_second_reviewer_approves_and_the_decision_takes_effect(
     htmx: bool, bob: Client, big_case: Case, reviewer: Any, second_reviewer: Any
 ) -> None:
     proposal = _proposed(big_case, reviewer)
-    review.case_claim(case_id=big_case.pk, user=second_reviewer)
+    services.case_claim(case_id=big_case.pk, user=second_reviewer)
     page = bob.get(reverse("review:case", args=[big_case.pk])).content.decode()
     assert "1 of 2 approvals" in page and "Approve: Confirm: it happened" in page
 
@@ -341,7 +341,7 @@ def test_the_proposer_cannot_approve_their_own_decision(
     htmx: bool, ann: Client, big_case: Case, reviewer: Any
 ) -> None:
     proposal = _proposed(big_case, reviewer)
-    review.case_claim(case_id=big_case.pk, user=reviewer)
+    services.case_claim(case_id=big_case.pk, user=reviewer)
     before = snapshot()
 
     response = ann.post(approve_url(proposal), approval(big_case), **(HX if htmx else {}))
@@ -353,18 +353,18 @@ def test_the_proposer_cannot_approve_their_own_decision(
 
 def test_nobody_approves_twice(big_case: Case, reviewer: Any, second_reviewer: Any) -> None:
     proposal = _proposed(big_case, reviewer)
-    review.case_claim(case_id=big_case.pk, user=second_reviewer)
-    review.decision_withdraw(decision_id=proposal.pk, user=second_reviewer,
+    services.case_claim(case_id=big_case.pk, user=second_reviewer)
+    services.decision_withdraw(decision_id=proposal.pk, user=second_reviewer,
                              note="not convinced")
-    review.case_release(case_id=big_case.pk, user=second_reviewer)
+    services.case_release(case_id=big_case.pk, user=second_reviewer)
     again = _proposed(big_case, reviewer)
-    review.case_claim(case_id=big_case.pk, user=second_reviewer)
-    review.decision_approve(decision_id=again.pk, user=second_reviewer, reason_code="other",
+    services.case_claim(case_id=big_case.pk, user=second_reviewer)
+    services.decision_approve(decision_id=again.pk, user=second_reviewer, reason_code="other",
                             note="ok now", params_hash=big_case.operation.params_hash)
     before = snapshot()
 
-    with pytest.raises(review.DecisionNotPending):
-        review.decision_approve(decision_id=again.pk, user=second_reviewer, reason_code="other",
+    with pytest.raises(services.DecisionNotPending):
+        services.decision_approve(decision_id=again.pk, user=second_reviewer, reason_code="other",
                                 note="again", params_hash=big_case.operation.params_hash)
     assert snapshot() == before
 
@@ -384,7 +384,7 @@ def test_approval_is_bound_to_the_params_hash(
     bob: Client, big_case: Case, reviewer: Any, second_reviewer: Any
 ) -> None:
     proposal = _proposed(big_case, reviewer)
-    review.case_claim(case_id=big_case.pk, user=second_reviewer)
+    services.case_claim(case_id=big_case.pk, user=second_reviewer)
     before = snapshot()
 
     response = bob.post(approve_url(proposal),
@@ -398,7 +398,7 @@ def test_approval_needs_its_own_reason_and_note(
     bob: Client, big_case: Case, reviewer: Any, second_reviewer: Any
 ) -> None:
     proposal = _proposed(big_case, reviewer)
-    review.case_claim(case_id=big_case.pk, user=second_reviewer)
+    services.case_claim(case_id=big_case.pk, user=second_reviewer)
     before = snapshot()
 
     response = bob.post(approve_url(proposal), approval(big_case, note=""), **HX)
@@ -411,7 +411,7 @@ def test_a_second_proposal_waits_for_the_first(
     bob: Client, big_case: Case, reviewer: Any, second_reviewer: Any
 ) -> None:
     _proposed(big_case, reviewer)
-    review.case_claim(case_id=big_case.pk, user=second_reviewer)
+    services.case_claim(case_id=big_case.pk, user=second_reviewer)
     before = snapshot()
 
     response = bob.post(decide_url(big_case), decision(big_case, "reject"), **HX)
@@ -423,7 +423,7 @@ def test_a_second_proposal_waits_for_the_first(
 
 def test_the_proposer_can_withdraw(ann: Client, big_case: Case, reviewer: Any) -> None:
     proposal = _proposed(big_case, reviewer)
-    review.case_claim(case_id=big_case.pk, user=reviewer)
+    services.case_claim(case_id=big_case.pk, user=reviewer)
 
     response = ann.post(reverse("review:withdraw", args=[proposal.pk]), **HX)
 
@@ -439,7 +439,7 @@ def test_a_second_reviewer_declines_with_a_reason(
     bob: Client, big_case: Case, reviewer: Any, second_reviewer: Any
 ) -> None:
     proposal = _proposed(big_case, reviewer)
-    review.case_claim(case_id=big_case.pk, user=second_reviewer)
+    services.case_claim(case_id=big_case.pk, user=second_reviewer)
     url = reverse("review:withdraw", args=[proposal.pk])
     before = snapshot()
 
@@ -469,9 +469,9 @@ def test_below_the_threshold_one_decision_is_enough(
     agent: AgentCredential, reviewer: Any
 ) -> None:
     case = review_case(agent, 5, amount=999_999)  # one cent under four-eyes
-    review.case_claim(case_id=case.pk, user=reviewer)
+    services.case_claim(case_id=case.pk, user=reviewer)
 
-    outcome = review.case_decide(case_id=case.pk, user=reviewer, action="confirm",
+    outcome = services.case_decide(case_id=case.pk, user=reviewer, action="confirm",
                                  reason_code="other", note="seen",
                                  params_hash=case.operation.params_hash)
 
@@ -482,16 +482,16 @@ def test_the_same_reviewer_may_decide_again_after_a_resend_that_stayed_unknown(
     ann: Client, agent: AgentCredential, reviewer: Any, sandbox: SandboxClient
 ) -> None:
     case = review_case(agent, 6, memo="sandbox:timeout")
-    review.case_claim(case_id=case.pk, user=reviewer)
+    services.case_claim(case_id=case.pk, user=reviewer)
 
-    first = review.case_decide(case_id=case.pk, user=reviewer, action="resend",
+    first = services.case_decide(case_id=case.pk, user=reviewer, action="resend",
                                reason_code="safe_inside_retention", note="replay it",
                                params_hash=case.operation.params_hash)
     assert first.operation.status == S.UNKNOWN
     assert "still unknown" in first.message
-    review.case_claim(case_id=case.pk, user=reviewer)
+    services.case_claim(case_id=case.pk, user=reviewer)
 
-    second = review.case_decide(case_id=case.pk, user=reviewer, action="confirm",
+    second = services.case_decide(case_id=case.pk, user=reviewer, action="confirm",
                                 reason_code="other", note="the provider's dashboard shows it",
                                 params_hash=case.operation.params_hash)
 

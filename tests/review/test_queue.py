@@ -14,9 +14,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ledger.models import AgentCredential
-from reconciliation import review
 from reconciliation import transitions as case_transitions
 from reconciliation.models import Case
+from reconciliation.review import selectors, services
 from tests.review.factories import checking_case, review_case
 
 HX = {"HTTP_HX_REQUEST": "true"}
@@ -70,10 +70,10 @@ def test_tabs(ann: Client, bob: Client, agent: AgentCredential, reviewer: Any,
     bobs = review_case(agent, 2)
     free = review_case(agent, 3)
     four_eyes = review_case(agent, 4, amount=2_000_000)
-    review.case_claim(case_id=mine.pk, user=reviewer)
-    review.case_claim(case_id=bobs.pk, user=second_reviewer)
-    review.case_claim(case_id=four_eyes.pk, user=second_reviewer)
-    review.case_decide(case_id=four_eyes.pk, user=second_reviewer, action="reject",
+    services.case_claim(case_id=mine.pk, user=reviewer)
+    services.case_claim(case_id=bobs.pk, user=second_reviewer)
+    services.case_claim(case_id=four_eyes.pk, user=second_reviewer)
+    services.case_decide(case_id=four_eyes.pk, user=second_reviewer, action="reject",
                        reason_code="other", note="no trace at the provider",
                        params_hash=four_eyes.operation.params_hash)
     with time_machine.travel(timezone.now() - dt.timedelta(hours=3, minutes=30)):
@@ -93,8 +93,8 @@ def test_tabs(ann: Client, bob: Client, agent: AgentCredential, reviewer: Any,
 def test_expired_claims_count_as_unclaimed(ann: Client, agent: AgentCredential,
                                            second_reviewer: Any) -> None:
     case = review_case(agent, 1)
-    review.case_claim(case_id=case.pk, user=second_reviewer,
-                      now=timezone.now() - review.CLAIM_DURATION - dt.timedelta(seconds=1))
+    services.case_claim(case_id=case.pk, user=second_reviewer,
+                      now=timezone.now() - services.CLAIM_DURATION - dt.timedelta(seconds=1))
 
     assert row_ids(ann.get(QUEUE, {"tab": "unclaimed"}).content.decode()) == [case.pk]
 
@@ -154,7 +154,7 @@ def test_htmx_tab_switch_answers_with_the_results_partial(
 
 def test_every_hx_get_link_has_an_href(ann: Client, agent: AgentCredential,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(review, "PAGE_SIZE", 1)
+    monkeypatch.setattr(selectors, "PAGE_SIZE", 1)
     review_case(agent, 1)
     review_case(agent, 2)
 
@@ -168,7 +168,7 @@ def test_every_hx_get_link_has_an_href(ann: Client, agent: AgentCredential,
 
 def test_keyset_pages_walk_forward_and_back(ann: Client, agent: AgentCredential,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(review, "PAGE_SIZE", 2)
+    monkeypatch.setattr(selectors, "PAGE_SIZE", 2)
     start = timezone.now()
     cases = []
     for number in range(1, 6):
@@ -196,13 +196,13 @@ def test_keyset_handles_equal_deadlines_and_missing_values(agent: AgentCredentia
     with time_machine.travel(frozen, tick=False):
         cases = [review_case(agent, n, amount=amount)
                  for n, amount in enumerate([300, 300, 900, 100], start=1)]
-    queryset = review.case_queue(user=reviewer, tab="all", filters=review.QueueFilters())
-    everything = [c.pk for c in review.case_queue_page(queryset, size=10).cases]
+    queryset = selectors.case_queue(user=reviewer, tab="all", filters=selectors.QueueFilters())
+    everything = [c.pk for c in selectors.case_queue_page(queryset, size=10).cases]
 
     walked: list[int] = []
     after = None
     while True:
-        page = review.case_queue_page(queryset, after=after, size=1)
+        page = selectors.case_queue_page(queryset, after=after, size=1)
         walked += [c.pk for c in page.cases]
         if page.next_after is None:
             break
@@ -216,7 +216,7 @@ def test_page_cost_does_not_grow_with_depth(
     ann: Client, agent: AgentCredential, monkeypatch: pytest.MonkeyPatch,
     django_assert_max_num_queries: Any,
 ) -> None:
-    monkeypatch.setattr(review, "PAGE_SIZE", 2)
+    monkeypatch.setattr(selectors, "PAGE_SIZE", 2)
     cases = [review_case(agent, n) for n in range(1, 8)]
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
@@ -232,7 +232,7 @@ def test_page_cost_does_not_grow_with_depth(
 
 def test_tab_counts_are_bounded(ann: Client, agent: AgentCredential,
                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(review, "COUNT_BOUND", 2)
+    monkeypatch.setattr(selectors, "COUNT_BOUND", 2)
     for number in range(1, 4):
         review_case(agent, number)
 

@@ -1,4 +1,4 @@
-"""The operators' review queue: claims, decisions, approvals, notes, and the queue's selectors.
+"""The review queue's writes: claims, decisions, approvals, withdrawals, notes, staff lookups.
 
 Every write here is a keyword-only service that locks (or conditionally updates) the case row,
 re-checks its guards, writes narrowly and appends a CaseEvent in the same transaction. Case
@@ -22,18 +22,18 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef, Prefetch, Q, QuerySet
+from django.db.models import Q
 from django.utils import timezone
 
 from ledger import transitions as ledger_transitions
-from ledger.models import Operation, OperationEvent
+from ledger.models import Operation
 from ledger.providers import get_adapter
-from ledger.tools import REGISTRY, Tool, UnknownTool, get_tool
+from ledger.tools import UnknownTool, get_tool
 from reconciliation import reconciler, services, transitions
 from reconciliation.models import Case, CaseEvent, Decision, Evidence
 
@@ -49,22 +49,7 @@ Action = Decision.Action
 DecisionStatus = Decision.Status
 
 CLAIM_DURATION = dt.timedelta(minutes=15)
-BREACHING_WINDOW = dt.timedelta(hours=1)
-PAGE_SIZE = 50
-# Tab badges count at most this many rows: a COUNT(*) over 100,000 open cases on every page
-# view would cost more than the page itself.
-COUNT_BOUND = 1000
 
-# Labels for reconciliation.transitions.REVIEW_REASONS (unknown codes are shown humanised).
-REVIEW_REASONS: dict[str, str] = {
-    "high_value": "High value",
-    "anomaly": "Provider record differs",
-    "key_retention_passed": "Key retention passed",
-    "deadline_passed": "Deadline passed",
-    "not_found_not_authoritative": "Absent, not authoritative",
-    "no_strategy": "No way to check",
-    "manual": "Escalated by staff",
-}
 
 REASON_CODES: dict[str, tuple[tuple[str, str], ...]] = {
     Action.CONFIRM: (
@@ -90,9 +75,6 @@ OTHER_REASON = ("other", "Other (explain in the note)")
 def reason_choices(action: str) -> tuple[tuple[str, str], ...]:
     return (*REASON_CODES.get(action, ()), OTHER_REASON)
 
-
-def review_reason_label(code: str) -> str:
-    return REVIEW_REASONS.get(code, code.replace("_", " ").capitalize() or "Escalated")
 
 
 def staff_actor(user: User) -> str:
@@ -275,15 +257,6 @@ def needs_four_eyes(operation: Operation) -> bool:
         return True  # a tool we no longer know: be strict
     return tool.needs_four_eyes(operation.value_amount)
 
-
-def four_eyes_threshold_display(operation: Operation) -> str:
-    try:
-        threshold = get_tool(operation.tool).four_eyes_threshold
-    except UnknownTool:
-        return ""
-    if threshold is None:
-        return ""
-    return f"{threshold / 100:,.2f} {operation.value_currency}".strip()
 
 
 def _locked_case(case_id: int) -> Case:
@@ -550,16 +523,6 @@ def _resend(
 
 # --- checking the provider again and notes -----------------------------------------------
 
-CHECK_OUTCOMES = {
-    "found_match": "the provider has a record that matches the intent",
-    "found_mismatch": "the provider has a record that does NOT match the intent",
-    "found_multiple": "the provider has more than one record for it",
-    "found_pending": "the provider is still executing it",
-    "found_not_succeeded": "the provider has a record that did not succeed",
-    "not_found": "the provider has no record",
-    "unavailable": "the provider's lookup was unavailable",
-}
-
 
 def case_check_provider(*, case_id: int, user: User) -> Evidence:
     """Run one lookup now and keep it as evidence (the reconciliation service; an answer that
@@ -587,342 +550,3 @@ def _case_event(case: Case, *, actor: str, reason: str,
                                     actor=actor, reason=reason, data=dict(data or {}))
 
 
-# --- selectors -----------------------------------------------------------------------------
-
-TABS: dict[str, str] = {
-    "mine": "Assigned to me",
-    "unclaimed": "Unclaimed",
-    "second": "Awaiting second approval",
-    "breaching": "Breaching soon",
-    "all": "All open",
-}
-DEFAULT_TAB = "all"
-AGE_FILTERS: dict[str, tuple[str, dt.timedelta]] = {
-    "1h": ("Older than 1 hour", dt.timedelta(hours=1)),
-    "4h": ("Older than 4 hours", dt.timedelta(hours=4)),
-    "24h": ("Older than 1 day", dt.timedelta(days=1)),
-    "7d": ("Older than 7 days", dt.timedelta(days=7)),
-}
-
-
-@dataclass(frozen=True)
-class QueueFilters:
-    tool: str = ""
-    provider: str = ""
-    reason: str = ""
-    min_value: int | None = None  # minor units
-    max_value: int | None = None
-    age: str = ""
-
-
-def _pending_decisions() -> Prefetch:
-    return Prefetch(
-        "decisions",
-        queryset=Decision.objects.filter(status=DecisionStatus.AWAITING_SECOND).select_related(
-            "decided_by"),
-        to_attr="pending_decisions",
-    )
-
-
-def case_queue(*, user: User, tab: str, filters: QueueFilters,
-               now: dt.datetime | None = None) -> QuerySet[Case]:
-    """Cases awaiting review for one tab, filtered, in the queue's order (not yet paginated)."""
-    now = now or timezone.now()
-    queryset = Case.objects.filter(state=State.AWAITING_REVIEW)
-    live_claim = Q(claimed_by__isnull=False, claim_expires_at__gt=now)
-    if tab == "mine":
-        queryset = queryset.filter(live_claim, claimed_by=user)
-    elif tab == "unclaimed":
-        queryset = queryset.exclude(live_claim)
-    elif tab == "second":
-        queryset = queryset.filter(Exists(Decision.objects.filter(
-            case=OuterRef("pk"), status=DecisionStatus.AWAITING_SECOND)))
-    elif tab == "breaching":
-        queryset = queryset.filter(review_deadline_at__lte=now + BREACHING_WINDOW)
-    return _filtered(queryset, filters, now)
-
-
-def _filtered(queryset: QuerySet[Case], filters: QueueFilters,
-              now: dt.datetime) -> QuerySet[Case]:
-    if filters.tool:
-        queryset = queryset.filter(operation__tool=filters.tool)
-    if filters.provider:
-        queryset = queryset.filter(operation__provider=filters.provider)
-    if filters.reason:
-        queryset = queryset.filter(review_reason=filters.reason)
-    if filters.min_value is not None:
-        queryset = queryset.filter(value_amount__gte=filters.min_value)
-    if filters.max_value is not None:
-        queryset = queryset.filter(value_amount__lte=filters.max_value)
-    if filters.age in AGE_FILTERS:
-        queryset = queryset.filter(created_at__lte=now - AGE_FILTERS[filters.age][1])
-    return queryset
-
-
-def _ordered(queryset: QuerySet[Case], *, reverse: bool = False) -> QuerySet[Case]:
-    """Soonest review deadline, then highest value, then oldest. This matches the partial
-    index case_review_idx (review_deadline_at ASC, which PostgreSQL keeps NULLS LAST;
-    value_amount DESC, NULLS FIRST), so the database reads the page straight off the index."""
-    if not reverse:
-        return queryset.order_by(
-            F("review_deadline_at").asc(nulls_last=True),
-            F("value_amount").desc(nulls_first=True),
-            F("pk").asc(),
-        )
-    return queryset.order_by(
-        F("review_deadline_at").desc(nulls_first=True),
-        F("value_amount").asc(nulls_last=True),
-        F("pk").desc(),
-    )
-
-
-def _tail_after(anchor: Case) -> Q:
-    """Among rows with the anchor's deadline: value DESC NULLS FIRST, then pk."""
-    value, pk = anchor.value_amount, anchor.pk
-    if value is None:
-        return Q(value_amount__isnull=False) | Q(value_amount__isnull=True, pk__gt=pk)
-    return Q(value_amount__lt=value) | Q(value_amount=value, pk__gt=pk)
-
-
-def _after(anchor: Case) -> Q:
-    """Rows after `anchor` in the queue's order that have a deadline at all (keyset).
-
-    The leading `>=` is redundant but lets PostgreSQL start the index scan at the anchor
-    instead of filtering its way there from the first row. Rows without a deadline (last in
-    the order) are fetched separately, because OR-ing them in here would cost that start.
-    """
-    deadline = anchor.review_deadline_at
-    if deadline is None:
-        return Q(review_deadline_at__isnull=True) & _tail_after(anchor)
-    return Q(review_deadline_at__gte=deadline) & (
-        Q(review_deadline_at__gt=deadline) | (Q(review_deadline_at=deadline) & _tail_after(anchor))
-    )
-
-
-def _before(anchor: Case) -> Q:
-    deadline, value, pk = anchor.review_deadline_at, anchor.value_amount, anchor.pk
-    if value is None:
-        tail = Q(value_amount__isnull=True, pk__lt=pk)
-    else:
-        tail = (Q(value_amount__gt=value) | Q(value_amount__isnull=True)
-                | Q(value_amount=value, pk__lt=pk))
-    if deadline is None:
-        return Q(review_deadline_at__isnull=False) | (Q(review_deadline_at__isnull=True) & tail)
-    return Q(review_deadline_at__lte=deadline) & (
-        Q(review_deadline_at__lt=deadline) | (Q(review_deadline_at=deadline) & tail)
-    )
-
-
-@dataclass
-class QueuePage:
-    cases: list[Case]
-    next_after: int | None = None
-    prev_before: int | None = None
-    is_first: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def case_queue_page(
-    queryset: QuerySet[Case], *, after: int | None = None, before: int | None = None,
-    size: int | None = None,
-) -> QueuePage:
-    """One page by keyset: constant cost however deep the page, no COUNT(*)."""
-    size = size or PAGE_SIZE
-    queryset = queryset.select_related("operation", "operation__agent", "claimed_by")
-    queryset = queryset.prefetch_related(_pending_decisions())
-    anchor_pk = after or before
-    anchor = Case.objects.filter(pk=anchor_pk).first() if anchor_pk else None
-    if anchor is not None and before:
-        rows = list(_ordered(queryset.filter(_before(anchor)), reverse=True)[: size + 1])
-        has_more_before = len(rows) > size
-        rows = list(reversed(rows[:size]))
-        return QueuePage(
-            cases=rows, next_after=rows[-1].pk if rows else None,
-            prev_before=rows[0].pk if rows and has_more_before else None,
-            is_first=not has_more_before,
-        )
-    if anchor is None:
-        rows = list(_ordered(queryset)[: size + 1])
-    else:
-        rows = list(_ordered(queryset.filter(_after(anchor)))[: size + 1])
-        if len(rows) <= size and anchor.review_deadline_at is not None:
-            undated = queryset.filter(review_deadline_at__isnull=True)
-            rows += list(_ordered(undated)[: size + 1 - len(rows)])
-    has_next = len(rows) > size
-    rows = rows[:size]
-    return QueuePage(
-        cases=rows,
-        next_after=rows[-1].pk if has_next and rows else None,
-        prev_before=rows[0].pk if anchor is not None and rows else None,
-        is_first=anchor is None,
-    )
-
-
-def bounded_count(queryset: QuerySet[Any], bound: int | None = None) -> tuple[int, bool]:
-    """(count, capped): counts at most `bound` rows."""
-    bound = bound or COUNT_BOUND
-    count = queryset.order_by()[: bound + 1].count()
-    return min(count, bound), count > bound
-
-
-def case_tab_counts(*, user: User, filters: QueueFilters,
-                    now: dt.datetime | None = None) -> dict[str, tuple[int, bool]]:
-    now = now or timezone.now()
-    return {tab: bounded_count(case_queue(user=user, tab=tab, filters=filters, now=now))
-            for tab in TABS}
-
-
-def review_cursor() -> int:
-    """The newest case event's id: new arrivals are counted from here."""
-    latest = CaseEvent.objects.order_by("-pk").values_list("pk", flat=True).first()
-    return latest or 0
-
-
-def case_new_arrivals(*, since_event: int, bound: int = 99) -> tuple[int, bool]:
-    """Cases that entered review after `since_event` and are still waiting (primary-key range
-    scan on the event table: cheap however long the history is)."""
-    case_ids = (
-        CaseEvent.objects.filter(pk__gt=since_event, to_state=State.AWAITING_REVIEW)
-        .exclude(from_state=State.AWAITING_REVIEW)
-        .values("case_id")
-    )
-    queryset = Case.objects.filter(pk__in=case_ids, state=State.AWAITING_REVIEW)
-    return bounded_count(queryset, bound)
-
-
-def case_get_for_review(case_id: int) -> Case:
-    return (
-        Case.objects.select_related("operation", "operation__agent", "claimed_by")
-        .prefetch_related(_pending_decisions())
-        .get(pk=case_id)
-    )
-
-
-def tool_choices() -> list[tuple[str, str]]:
-    return [(name, name.replace("_", " ")) for name in sorted(REGISTRY)]
-
-
-def provider_choices() -> list[tuple[str, str]]:
-    return [(name, name) for name in sorted({tool.provider for tool in REGISTRY.values()})]
-
-
-def review_reason_choices() -> list[tuple[str, str]]:
-    return sorted(REVIEW_REASONS.items(), key=lambda item: item[1])
-
-
-# --- the evidence panel --------------------------------------------------------------------
-
-@dataclass
-class Attempt:
-    number: int
-    fencing_token: int
-    started_at: dt.datetime
-    started_by: str
-    reason: str
-    outcome: str = "no answer recorded"
-    outcome_at: dt.datetime | None = None
-    error_class: str = ""
-    stale_results: list[OperationEvent] = field(default_factory=list)
-
-
-@dataclass
-class TimelineEntry:
-    at: dt.datetime
-    source: str  # "operation" or "case"
-    actor: str
-    reason: str
-    from_state: str
-    to_state: str
-    data: dict[str, Any]
-
-
-@dataclass
-class EvidencePanel:
-    tool: Tool | None
-    intent_params: dict[str, Any]
-    params: dict[str, Any]
-    attempts: list[Attempt]
-    lookups: list[Evidence]
-    timeline: list[TimelineEntry]
-    notes: list[dict[str, Any]]
-    key_retention_deadline: dt.datetime | None
-    resend_deadline: dt.datetime | None
-    resend_allowed: bool
-    honours_keys: bool
-    decisions: list[Decision]
-
-
-def _attempts(events: Iterable[OperationEvent]) -> list[Attempt]:
-    attempts: dict[int, Attempt] = {}
-    for event in events:
-        if event.to_status == OpStatus.IN_FLIGHT and event.from_status != OpStatus.IN_FLIGHT:
-            attempts[event.fencing_token] = Attempt(
-                number=len(attempts) + 1, fencing_token=event.fencing_token,
-                started_at=event.created_at, started_by=event.actor, reason=event.reason,
-            )
-        elif event.reason == "stale_result_ignored" and event.fencing_token in attempts:
-            attempts[event.fencing_token].stale_results.append(event)
-        elif event.from_status == OpStatus.IN_FLIGHT and event.fencing_token in attempts:
-            attempt = attempts[event.fencing_token]
-            attempt.outcome = f"{event.to_status} ({event.reason})"
-            attempt.outcome_at = event.created_at
-            attempt.error_class = str(event.data.get("error_class", ""))
-    return list(attempts.values())
-
-
-def _redacted(tool: Tool | None, params: Mapping[str, Any]) -> dict[str, Any]:
-    return tool.redacted(params) if tool else dict(params)
-
-
-def _timeline(op_events: list[OperationEvent], case_events: list[CaseEvent]
-              ) -> list[TimelineEntry]:
-    entries = [
-        TimelineEntry(at=e.created_at, source="operation", actor=e.actor, reason=e.reason,
-                      from_state=e.from_status, to_state=e.to_status, data=e.data)
-        for e in op_events
-    ] + [
-        TimelineEntry(at=e.created_at, source="case", actor=e.actor, reason=e.reason,
-                      from_state=e.from_state, to_state=e.to_state, data=e.data)
-        for e in case_events
-    ]
-    return sorted(entries, key=lambda entry: entry.at)
-
-
-def _notes(case_events: list[CaseEvent], decisions: list[Decision]) -> list[dict[str, Any]]:
-    """Free notes and every decision's note, oldest first."""
-    notes = [
-        {"at": e.created_at, "actor": e.actor, "text": e.data.get("note", ""), "kind": "note"}
-        for e in case_events if e.reason == "note_added"
-    ] + [
-        {"at": d.created_at, "actor": staff_actor(d.decided_by), "text": d.note,
-         "kind": f"{d.get_action_display()} ({d.get_status_display().lower()})"}
-        for d in decisions
-    ]
-    return sorted(notes, key=lambda note: note["at"])
-
-
-def case_evidence(case: Case) -> EvidencePanel:
-    """Everything a reviewer needs to decide, read in five queries."""
-    operation = case.operation
-    try:
-        tool: Tool | None = get_tool(operation.tool)
-    except UnknownTool:
-        tool = None
-    op_events = list(operation.events.order_by("created_at", "id"))
-    case_events = list(case.events.order_by("created_at", "id"))
-    decisions = list(case.decisions.select_related("decided_by", "approves").order_by(
-        "created_at", "id"))
-    return EvidencePanel(
-        tool=tool,
-        intent_params=_redacted(tool, operation.intent_params),
-        params=_redacted(tool, operation.params),
-        attempts=_attempts(op_events),
-        lookups=list(case.evidence.select_related("created_by").order_by("created_at", "id")),
-        timeline=_timeline(op_events, case_events),
-        notes=_notes(case_events, decisions),
-        key_retention_deadline=key_retention_deadline(operation),
-        resend_deadline=resend_deadline(operation),
-        resend_allowed=resend_allowed(operation),
-        honours_keys=get_adapter(operation.provider).capabilities.honours_idempotency_keys,
-        decisions=decisions,
-    )
