@@ -3,24 +3,44 @@ messages and keep what the reviewer typed."""
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django import forms
 
+from ledger.money import is_currency, parse_money
 from reconciliation.models import Decision
 from reconciliation.review import presentation, selectors, services
 
 Action = Decision.Action
 
 
-def _money_to_minor(value: Decimal | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        return int((value * 100).to_integral_value())
-    except InvalidOperation:
-        return None
+class MoneyField(forms.CharField):
+    """An amount a person types, parsed with the currency's ISO 4217 exponent in the active
+    locale (ledger.money.parse_money) into minor units. The form says which currency."""
+
+    widget = forms.TextInput(attrs={"inputmode": "decimal", "autocomplete": "off"})
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", 40)
+        super().__init__(*args, **kwargs)
+        self.currency = ""
+
+    def clean(self, value: Any) -> int | None:  # type: ignore[override]
+        text = super().clean(value)
+        if not text:
+            return None
+        if not self.currency:
+            raise forms.ValidationError("Choose the currency the amount is in.")
+        try:
+            return parse_money(text, self.currency)
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from None
+
+
+def _money_field(form: forms.BaseForm, name: str) -> MoneyField:
+    field = form.fields[name]
+    assert isinstance(field, MoneyField)
+    return field
 
 
 def _choice_field(form: forms.BaseForm, name: str) -> forms.ChoiceField:
@@ -36,12 +56,12 @@ class QueueFilterForm(forms.Form):
     tool = forms.ChoiceField(required=False)
     provider = forms.ChoiceField(required=False)
     reason = forms.ChoiceField(required=False, label="Why in review")
-    min_value = forms.DecimalField(required=False, min_value=0, decimal_places=2,
-                                   label="Value from", widget=forms.NumberInput(
-                                       attrs={"step": "0.01", "inputmode": "decimal"}))
-    max_value = forms.DecimalField(required=False, min_value=0, decimal_places=2,
-                                   label="Value to", widget=forms.NumberInput(
-                                       attrs={"step": "0.01", "inputmode": "decimal"}))
+    currency = forms.CharField(required=False, max_length=3, label="Currency",
+                               widget=forms.TextInput(attrs={
+                                   "size": 4, "placeholder": "EUR", "autocapitalize": "characters",
+                                   "spellcheck": "false"}))
+    min_value = MoneyField(required=False, label="Value from")
+    max_value = MoneyField(required=False, label="Value to")
     age = forms.ChoiceField(required=False)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -54,6 +74,19 @@ class QueueFilterForm(forms.Form):
             (key, label) for key, (label, _) in selectors.AGE_FILTERS.items()
         ]
 
+    def clean_currency(self) -> str:
+        currency = (self.cleaned_data.get("currency") or "").strip().upper()
+        if currency and not is_currency(currency):
+            raise forms.ValidationError(f"{currency} is not an ISO 4217 currency code.")
+        return currency
+
+    def full_clean(self) -> None:
+        # The amounts are parsed in the currency the same form names.
+        currency = str(self.data.get("currency", "") or "").strip().upper()
+        for name in ("min_value", "max_value"):
+            _money_field(self, name).currency = currency if is_currency(currency) else ""
+        super().full_clean()
+
     def filters(self) -> selectors.QueueFilters:
         if not self.is_valid():
             # Bad values are ignored rather than failing the whole queue.
@@ -64,8 +97,9 @@ class QueueFilterForm(forms.Form):
             tool=data.get("tool") or "",
             provider=data.get("provider") or "",
             reason=data.get("reason") or "",
-            min_value=_money_to_minor(data.get("min_value")),
-            max_value=_money_to_minor(data.get("max_value")),
+            currency=data.get("currency") or "",
+            min_value=data.get("min_value"),
+            max_value=data.get("max_value"),
             age=data.get("age") or "",
         )
 

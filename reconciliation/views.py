@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
 REVIEW_PERMISSION = "reconciliation.review_case"
-FILTER_NAMES = ("tool", "provider", "reason", "min_value", "max_value", "age")
+FILTER_NAMES = ("tool", "provider", "reason", "currency", "min_value", "max_value", "age")
 
 View = Callable[..., HttpResponse]
 

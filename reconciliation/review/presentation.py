@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.models import Operation, OperationEvent
+from ledger.money import format_money
 from ledger.providers import get_adapter
 from ledger.tools import Tool, UnknownTool, get_tool
 from reconciliation.models import Case, CaseEvent, Decision, Evidence
@@ -61,7 +62,9 @@ def four_eyes_threshold_display(operation: Operation) -> str:
         return ""
     if threshold is None:
         return ""
-    return f"{threshold / 100:,.2f} {operation.value_currency}".strip()
+    if not operation.value_currency:
+        return ""
+    return format_money(threshold, operation.value_currency)
 
 # --- the evidence panel --------------------------------------------------------------------
 

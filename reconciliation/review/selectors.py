@@ -50,6 +50,7 @@ class QueueFilters:
     tool: str = ""
     provider: str = ""
     reason: str = ""
+    currency: str = ""  # ISO 4217; the value bounds are in its minor units
     min_value: int | None = None  # minor units
     max_value: int | None = None
     age: str = ""
@@ -90,6 +91,8 @@ def _filtered(queryset: QuerySet[Case], filters: QueueFilters,
         queryset = queryset.filter(operation__provider=filters.provider)
     if filters.reason:
         queryset = queryset.filter(review_reason=filters.reason)
+    if filters.currency:
+        queryset = queryset.filter(operation__value_currency=filters.currency)
     if filters.min_value is not None:
         queryset = queryset.filter(value_amount__gte=filters.min_value)
     if filters.max_value is not None:

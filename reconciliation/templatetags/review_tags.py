@@ -9,6 +9,7 @@ from typing import Any
 from django import template
 from django.utils import timezone
 
+from ledger.money import format_money
 from reconciliation.review import presentation, services
 
 register = template.Library()
@@ -20,7 +21,7 @@ SOON = dt.timedelta(hours=1)
 def money(amount: int | None, currency: str = "") -> str:
     if amount is None:
         return "—"
-    return f"{amount / 100:,.2f} {currency}".strip()
+    return format_money(amount, currency)
 
 
 @register.filter

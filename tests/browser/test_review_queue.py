@@ -46,7 +46,7 @@ def test_staff_claims_and_confirms_a_high_value_unknown_case(
 
     page.goto(f"{live_server.url}/review/")
     row = page.locator(f"#case-row-{case.pk}")
-    expect(row).to_contain_text("2,500.00 EUR")
+    expect(row).to_contain_text("€2,500.00")
     expect(row).to_contain_text("High value")
     expect(row).to_contain_text("Unclaimed")
     row.get_by_role("button", name=re.compile("Claim")).click()
@@ -59,7 +59,7 @@ def test_staff_claims_and_confirms_a_high_value_unknown_case(
     shot(page, "review-queue-claimed")
 
     row.get_by_role("link", name=f"Case {case.pk}").click()
-    expect(page.get_by_role("heading", level=1)).to_contain_text("2,500.00 EUR")
+    expect(page.get_by_role("heading", level=1)).to_contain_text("€2,500.00")
     expect(page.locator("#case-body")).to_contain_text("You hold this case")
     expect(page.locator("#case-body")).to_contain_text(operation.idempotency_key)
     page.get_by_label(re.compile("Confirm: it happened")).check()

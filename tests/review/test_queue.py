@@ -34,7 +34,7 @@ def test_a_row_shows_what_a_reviewer_needs(ann: Client, agent: AgentCredential) 
 
     row = html[html.index(f'id="case-row-{case.pk}"'):]
     row = row[: row.index("</tr>")]
-    for expected in ("1,234.56 EUR", "refund", "sandbox", "agent-1", "invoice-7",
+    for expected in ("€1,234.56", "refund", "sandbox", "agent-1", "invoice-7",
                      "High value", "Unclaimed", "left", "Claim"):
         assert expected in row, expected
 
@@ -106,13 +106,15 @@ def test_filters_narrow_the_list_and_stay_in_the_links(
     big = review_case(agent, 2, amount=50_000)
     anomaly = review_case(agent, 3, amount=60_000, reason="anomaly")
 
-    response = ann.get(QUEUE, {"tab": "all", "min_value": "100", "reason": "high_value"})
+    response = ann.get(QUEUE, {"tab": "all", "currency": "EUR", "min_value": "100",
+                               "reason": "high_value"})
 
     html = response.content.decode()
     assert row_ids(html) == [big.pk]
     assert small.pk not in row_ids(html) and anomaly.pk not in row_ids(html)
     # The tab links carry the filters, so switching tabs keeps them.
-    assert 'href="/review/?tab=mine&amp;reason=high_value&amp;min_value=100"' in html
+    assert ('href="/review/?tab=mine&amp;reason=high_value&amp;currency=EUR&amp;min_value=100"'
+            in html)
 
 
 @pytest.mark.parametrize(
@@ -121,10 +123,12 @@ def test_filters_narrow_the_list_and_stay_in_the_links(
         ({"tool": "refund"}, {1, 2}),
         ({"tool": "send_email"}, set()),
         ({"provider": "sandbox"}, {1, 2}),
-        ({"max_value": "10.00"}, {1}),
-        ({"min_value": "10.01"}, {2}),
+        ({"currency": "EUR", "max_value": "10.00"}, {1}),
+        ({"currency": "EUR", "min_value": "10.01"}, {2}),
+        ({"currency": "JPY"}, set()),
         ({"age": "1h"}, {2}),
-        ({"min_value": "not a number"}, {1, 2}),  # a bad value is ignored, not an error
+        ({"currency": "EUR", "min_value": "not a number"}, {1, 2}),  # ignored, not an error
+        ({"min_value": "10.01"}, {1, 2}),  # an amount means nothing without its currency
     ],
 )
 def test_each_filter(ann: Client, agent: AgentCredential, params: dict[str, str],
@@ -274,3 +278,39 @@ def test_resolved_cases_leave_the_queue(ann: Client, case: Case) -> None:
     case_transitions.case_resolve(case=case, outcome="failed", actor="test", reason="test")
 
     assert row_ids(ann.get(QUEUE).content.decode()) == []
+
+
+@pytest.mark.parametrize(("currency", "typed", "amount", "matches"), [
+    ("JPY", "2,500", 2500, True),  # zero decimals: 2,500 yen is 2,500 minor units
+    ("JPY", "2,501", 2500, False),
+    ("KWD", "2.5", 2500, True),  # three decimals: 2.500 dinars
+    ("KWD", "2.501", 2500, False),
+    ("EUR", "25", 2500, True),
+])
+def test_value_filters_read_amounts_with_the_currency_exponent(
+    ann: Client, agent: AgentCredential, currency: str, typed: str, amount: int,
+    matches: bool,
+) -> None:
+    case = review_case(agent, 1, amount=amount, currency=currency)
+    review_case(agent, 2, amount=amount, currency="USD" if currency != "USD" else "EUR")
+
+    response = ann.get(QUEUE, {"currency": currency, "min_value": typed})
+
+    assert row_ids(response.content.decode()) == ([case.pk] if matches else [])
+
+
+def test_value_filter_with_too_many_decimals_says_why(ann: Client, case: Case) -> None:
+    response = ann.get(QUEUE, {"currency": "JPY", "min_value": "2.5"})
+
+    assert "JPY amounts have no decimals." in response.content.decode()
+
+
+def test_queue_rows_show_amounts_in_their_currency(ann: Client, agent: AgentCredential) -> None:
+    review_case(agent, 1, amount=2500, currency="JPY")
+    review_case(agent, 2, amount=2500, currency="KWD")
+    review_case(agent, 3, amount=2500, currency="EUR")
+
+    html = ann.get(QUEUE).content.decode()
+
+    assert "¥2,500" in html and "2.500\xa0KWD" in html and "€25.00" in html
+    assert "25.00 JPY" not in html and "25.00 KWD" not in html
