@@ -25,7 +25,7 @@ class MoneyField(forms.CharField):
         super().__init__(*args, **kwargs)
         self.currency = ""
 
-    def clean(self, value: Any) -> int | None:  # type: ignore[override]
+    def clean(self, value: Any) -> int | None:
         text = super().clean(value)
         if not text:
             return None
