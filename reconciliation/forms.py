@@ -7,7 +7,7 @@ from typing import Any
 
 from django import forms
 
-from ledger.money import is_currency, parse_money
+from ledger.money import format_money, is_currency, parse_money
 from reconciliation.models import Decision
 from reconciliation.review import presentation, selectors, services
 
@@ -137,11 +137,32 @@ class DecisionForm(_ReasonedForm):
     action = forms.ChoiceField(
         choices=Action.choices, widget=forms.RadioSelect, label="Decision",
     )
-    field_order = ["action", "reason_code", "note", "params_hash"]
+    amount_checked = MoneyField(
+        required=False, label="Amount you checked (optional)",
+        help_text="The amount you saw at the provider or on the statement, as you read it.",
+    )
+    override = forms.BooleanField(
+        required=False, label="I am deciding against the provider's evidence (override)",
+    )
+    override_reason = forms.CharField(
+        required=False, max_length=4000, label="Why the evidence is wrong",
+        widget=forms.Textarea(attrs={"rows": 2}),
+    )
+    field_order = ["action", "reason_code", "note", "amount_checked", "override",
+                   "override_reason", "params_hash"]
 
-    def __init__(self, *args: Any, resend_allowed: bool = True, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, resend_allowed: bool = True, amount: int | None = None,
+                 currency: str = "", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.resend_allowed = resend_allowed
+        self.amount = amount
+        self.currency = currency if is_currency(currency) else ""
+        field = _money_field(self, "amount_checked")
+        field.currency = self.currency
+        if self.currency:
+            field.label = f"Amount you checked, in {self.currency} (optional)"
+        else:
+            del self.fields["amount_checked"]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -152,6 +173,16 @@ class DecisionForm(_ReasonedForm):
                                      "remembers the idempotency key.")
         if action and code and code not in {c for c, _ in services.reason_choices(action)}:
             self.add_error("reason_code", "This reason does not fit the decision you chose.")
+        checked = data.get("amount_checked")
+        if checked is not None and self.amount is not None and checked != self.amount:
+            self.add_error("amount_checked", (
+                f"You typed {format_money(checked, self.currency)}, but the intent is "
+                f"{format_money(self.amount, self.currency)}: check you are looking at the "
+                "right record."))
+        if data.get("override") and not (data.get("override_reason") or "").strip():
+            self.add_error("override_reason", "Write why you decide against the evidence.")
+        if not data.get("override"):
+            data["override_reason"] = ""
         return data
 
 

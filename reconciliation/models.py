@@ -25,12 +25,23 @@ class Case(models.Model):
         PROVIDER_IN_PROGRESS = "provider_in_progress", "Provider still executing"
         AMBIGUOUS_RESPONSE = "ambiguous_response", "Ambiguous response"
 
+    class ReviewReason(models.TextChoices):
+        """Why a person has to look (reconciliation.transitions.REVIEW_REASONS)."""
+
+        HIGH_VALUE = "high_value", "High value"
+        ANOMALY = "anomaly", "Provider record differs"
+        KEY_RETENTION_PASSED = "key_retention_passed", "Key retention passed"
+        DEADLINE_PASSED = "deadline_passed", "Deadline passed"
+        NOT_FOUND_NOT_AUTHORITATIVE = "not_found_not_authoritative", "Absent, not authoritative"
+        NO_STRATEGY = "no_strategy", "No way to check"
+        MANUAL = "manual", "Escalated by staff"
+
     operation = models.OneToOneField(
         Operation, on_delete=models.PROTECT, related_name="reconciliation_case"
     )
     state = models.CharField(max_length=20, choices=State.choices, default=State.CHECKING)
     open_reason = models.CharField(max_length=32, choices=OpenReason.choices)
-    review_reason = models.CharField(max_length=32, blank=True)
+    review_reason = models.CharField(max_length=32, blank=True, choices=ReviewReason.choices)
     attempts = models.PositiveIntegerField(default=0)
     next_check_at = models.DateTimeField(null=True, blank=True)
     last_checked_at = models.DateTimeField(null=True, blank=True)
@@ -72,7 +83,9 @@ class Case(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"case for {self.operation_id} ({self.state})"
+        operation = self.operation
+        tool = operation.tool.replace("_", " ")
+        return f"Case for {tool} {operation.operation_id} ({self.get_state_display()})"
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -157,6 +170,15 @@ class Decision(models.Model):
                                    related_name="case_decisions")
     approves = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT,
                                  related_name="approvals")
+    # A decision against the latest definitive evidence (reject after a matching lookup,
+    # confirm after proven absence) is an override: its written reason and the evidence it
+    # overrode are kept, and it always waits for a second, different reviewer.
+    override_reason = models.TextField(blank=True)
+    overrides_evidence = models.ForeignKey(
+        Evidence, null=True, blank=True, on_delete=models.PROTECT, related_name="overridden_by",
+    )
+    # The amount the reviewer typed as checked at the provider (minor units), if they did.
+    amount_checked = models.BigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -179,4 +201,9 @@ class Decision(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.action} on case {self.case_id} by {self.decided_by_id} ({self.status})"
+        return (f"{self.get_action_display()} on case {self.case_id} "
+                f"({self.get_status_display().lower()})")
+
+    @property
+    def is_override(self) -> bool:
+        return self.overrides_evidence_id is not None

@@ -212,7 +212,8 @@ def _case_context(request: ReviewRequest, case: Case, **forms: Any) -> dict[str,
         "four_eyes_threshold": presentation.four_eyes_threshold_display(operation),
         "is_open": case.state == Case.State.AWAITING_REVIEW,
         "decision_form": forms.get("decision_form") or DecisionForm(
-            initial=initial, resend_allowed=panel.resend_allowed),
+            initial=initial, resend_allowed=panel.resend_allowed,
+            amount=operation.value_amount, currency=operation.value_currency),
         "approval_form": forms.get("approval_form") or (
             ApprovalForm(initial=initial, action=pending.action) if pending else None),
         "withdraw_form": forms.get("withdraw_form") or WithdrawForm(),
@@ -281,8 +282,8 @@ def claim(request: ReviewRequest, pk: int) -> HttpResponse:
         raise Http404("No such case.") from None
     except services.ReviewError as error:
         return _claim_response(request, pk, error=error)
-    until = timezone.localtime(case.claim_expires_at).strftime("%H:%M %Z")
-    _notify(request, "success", f"You hold case {pk} until {until}.")
+    _notify(request, "success",
+            f"You hold case {pk} until {services.when(case.claim_expires_at)}.")
     return _claim_response(request, pk, error=None)
 
 
@@ -299,6 +300,42 @@ def release(request: ReviewRequest, pk: int) -> HttpResponse:
     return _claim_response(request, pk, error=None)
 
 
+BULK_LIMIT = 100
+
+
+@require_POST
+@review_required
+def bulk_claim(request: ReviewRequest) -> HttpResponse:
+    """Claim or release the ticked rows of the queue together (a plain form: no JS needed).
+    Each case goes through the same service as its own button; one refusal does not stop the
+    others, and the reviewer is told exactly which cases changed and which did not."""
+    action = request.POST.get("action")
+    back = _safe_next(request, reverse("review:queue"))
+    ids = sorted({pk for pk in (_int(v) for v in request.POST.getlist("case")) if pk})
+    if action not in ("claim", "release") or not ids:
+        _notify(request, "error", "Tick at least one case, then choose Claim or Release.")
+        return HttpResponseRedirect(back)
+    if len(ids) > BULK_LIMIT:
+        _notify(request, "error", f"Tick at most {BULK_LIMIT} cases at a time. Nothing changed.")
+        return HttpResponseRedirect(back)
+    act = services.case_claim if action == "claim" else services.case_release
+    done: list[str] = []
+    for pk in ids:
+        try:
+            act(case_id=pk, user=request.user)
+        except Case.DoesNotExist:
+            _notify(request, "error", f"Case {pk} does not exist.")
+        except services.ReviewError as error:
+            _notify(request, "error", f"Case {pk}: {error.message}")
+        else:
+            done.append(str(pk))
+    if done:
+        verb = "You now hold" if action == "claim" else "You released"
+        noun = "case" if len(done) == 1 else "cases"
+        _notify(request, "success", f"{verb} {noun} {', '.join(done)}.")
+    return HttpResponseRedirect(back)
+
+
 # --- decisions ---------------------------------------------------------------------------
 
 @require_POST
@@ -306,7 +343,9 @@ def release(request: ReviewRequest, pk: int) -> HttpResponse:
 def decide(request: ReviewRequest, pk: int) -> HttpResponse:
     case = _case_or_404(pk)
     panel_allows_resend = services.resend_allowed(case.operation)
-    form = DecisionForm(request.POST, resend_allowed=panel_allows_resend)
+    form = DecisionForm(request.POST, resend_allowed=panel_allows_resend,
+                        amount=case.operation.value_amount,
+                        currency=case.operation.value_currency)
     if not form.is_valid():
         _notify(request, "error", "The decision was not recorded: check the fields marked.")
         return _after_action(request, pk, decision_form=form)
@@ -315,6 +354,8 @@ def decide(request: ReviewRequest, pk: int) -> HttpResponse:
         outcome = services.case_decide(
             case_id=pk, user=request.user, action=data["action"],
             reason_code=data["reason_code"], note=data["note"], params_hash=data["params_hash"],
+            override_reason=data.get("override_reason") or "",
+            amount_checked=data.get("amount_checked"),
         )
     except services.ReviewError as error:
         return _after_action(request, pk, error=error, decision_form=form)
@@ -345,7 +386,7 @@ def approve(request: ReviewRequest, pk: int) -> HttpResponse:
         )
     except services.ReviewError as error:
         return _after_action(request, proposal.case_id, error=error, approval_form=form)
-    _notify(request, "success", f"2 of 2 approvals. {outcome.message}")
+    _notify(request, "success", outcome.message)
     return _after_action(request, proposal.case_id)
 
 

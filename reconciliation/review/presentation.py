@@ -17,6 +17,7 @@ from ledger.tools import Tool, UnknownTool, get_tool
 from reconciliation.models import Case, CaseEvent, Decision, Evidence
 from reconciliation.review.services import (
     key_retention_deadline,
+    latest_definitive_evidence,
     resend_allowed,
     resend_deadline,
     staff_actor,
@@ -25,15 +26,7 @@ from reconciliation.review.services import (
 OpStatus = Operation.Status
 
 # Labels for reconciliation.transitions.REVIEW_REASONS (unknown codes are shown humanised).
-REVIEW_REASONS: dict[str, str] = {
-    "high_value": "High value",
-    "anomaly": "Provider record differs",
-    "key_retention_passed": "Key retention passed",
-    "deadline_passed": "Deadline passed",
-    "not_found_not_authoritative": "Absent, not authoritative",
-    "no_strategy": "No way to check",
-    "manual": "Escalated by staff",
-}
+REVIEW_REASONS: dict[str, str] = dict(Case.ReviewReason.choices)
 
 
 CHECK_OUTCOMES = {
@@ -106,6 +99,8 @@ class EvidencePanel:
     resend_allowed: bool
     honours_keys: bool
     decisions: list[Decision]
+    verdict: EvidenceVerdict
+    decided_by: list[str]
 
 
 def _attempts(events: Iterable[OperationEvent]) -> list[Attempt]:
@@ -166,14 +161,16 @@ def case_evidence(case: Case) -> EvidencePanel:
         tool = None
     op_events = list(operation.events.order_by("created_at", "id"))
     case_events = list(case.events.order_by("created_at", "id"))
-    decisions = list(case.decisions.select_related("decided_by", "approves").order_by(
-        "created_at", "id"))
+    decisions = list(case.decisions.select_related(
+        "decided_by", "approves", "approves__decided_by", "overrides_evidence",
+    ).order_by("created_at", "id"))
+    lookups = list(case.evidence.select_related("created_by").order_by("created_at", "id"))
     return EvidencePanel(
         tool=tool,
         intent_params=_redacted(tool, operation.intent_params),
         params=_redacted(tool, operation.params),
         attempts=_attempts(op_events),
-        lookups=list(case.evidence.select_related("created_by").order_by("created_at", "id")),
+        lookups=lookups,
         timeline=_timeline(op_events, case_events),
         notes=_notes(case_events, decisions),
         key_retention_deadline=key_retention_deadline(operation),
@@ -181,4 +178,92 @@ def case_evidence(case: Case) -> EvidencePanel:
         resend_allowed=resend_allowed(operation),
         honours_keys=get_adapter(operation.provider).capabilities.honours_idempotency_keys,
         decisions=decisions,
+        verdict=evidence_verdict(case, lookups),
+        decided_by=decided_by(case, decisions),
     )
+
+
+# --- the one-line verdict at the top of the case page ----------------------------------------
+
+@dataclass(frozen=True)
+class EvidenceVerdict:
+    text: str
+    supports: str  # "confirm", "reject" or "" (neither)
+    evidence: Evidence | None = None
+
+
+def _at(evidence: Evidence) -> str:
+    return f"{evidence.created_at:%H:%M:%S} UTC on {evidence.created_at.day} " \
+           f"{evidence.created_at:%b %Y}"
+
+
+def _noun(operation: Operation) -> str:
+    return {"refund": "refund", "send_email": "e-mail", "create_ticket": "ticket"}.get(
+        operation.tool, "record")
+
+
+def _differences(evidence: Evidence) -> str:
+    response = evidence.response if isinstance(evidence.response, dict) else {}
+    differences = response.get("differences") or {}
+    if not isinstance(differences, dict) or not differences:
+        return ""
+    return ", ".join(sorted(str(name) for name in differences))
+
+
+def evidence_verdict(case: Case, lookups: list[Evidence]) -> EvidenceVerdict:
+    """What the evidence says, in one sentence: the latest definitive answer if there is one
+    (the one a decision must not silently contradict), else the latest answer of any kind."""
+    operation = case.operation
+    noun = _noun(operation)
+    definitive = latest_definitive_evidence(case)
+    if definitive is not None:
+        evidence = definitive.evidence
+        kind = "re-send" if evidence.kind == "resend" else "lookup"
+        if definitive.supports == Decision.Action.CONFIRM:
+            what = (f"The provider has a matching {noun} — {kind} at {_at(evidence)}, all "
+                    "intent fields equal" if evidence.outcome == "found_match" else
+                    f"The provider confirmed the {noun} — same-key {kind} at {_at(evidence)}")
+            return EvidenceVerdict(f"{what}: the evidence supports Confirm.", "confirm",
+                                   evidence)
+        what = (f"The provider has no {noun} — {kind} at {_at(evidence)}, after the "
+                "consistency window, and its lookups are authoritative"
+                if evidence.outcome == "not_found" else
+                f"The provider rejected the {noun} — same-key {kind} at {_at(evidence)}")
+        return EvidenceVerdict(f"{what}: the evidence supports Reject.", "reject", evidence)
+    if not lookups:
+        return EvidenceVerdict(
+            f"Nobody has asked the provider about this {noun} yet: the evidence supports "
+            "neither decision. Check the provider first.", "")
+    latest = lookups[-1]
+    at = _at(latest)
+    outcome = latest.outcome
+    if outcome in ("found_mismatch", "found_multiple", "found_not_succeeded"):
+        fields = _differences(latest)
+        differs = f" ({fields} differ)" if fields else ""
+        text = (f"The provider's record does not match the intent{differs} — lookup at {at}: "
+                "the evidence supports neither decision; find out which record is right.")
+    elif outcome == "found_pending":
+        text = (f"The provider is still executing the {noun} — lookup at {at}: wait and check "
+                "again before deciding.")
+    elif outcome == "not_found":
+        text = (f"The provider found no {noun} — lookup at {at}, but its absence proves nothing "
+                "yet (inside the consistency window, or its lookups are not authoritative): "
+                "the evidence supports neither decision.")
+    elif outcome == "unavailable":
+        text = (f"The provider's lookup was unavailable at {at}: the evidence supports neither "
+                "decision. Check again.")
+    else:
+        text = (f"The provider's last answer ({outcome.replace('_', ' ')}, at {at}) proves "
+                "nothing either way: the evidence supports neither decision.")
+    return EvidenceVerdict(text, "", latest)
+
+
+def decided_by(case: Case, decisions: list[Decision]) -> list[str]:
+    """Who decided a resolved case: the proposer and the approver for four eyes, else one."""
+    applied = [d for d in decisions if d.status == Decision.Status.APPLIED]
+    if not applied:
+        return []
+    last = applied[-1]
+    if last.approves is not None:
+        return [last.approves.decided_by.get_username(), last.decided_by.get_username()]
+    return [last.decided_by.get_username()]

@@ -76,8 +76,10 @@ def case_queue(*, user: User, tab: str, filters: QueueFilters,
     elif tab == "unclaimed":
         queryset = queryset.exclude(live_claim)
     elif tab == "second":
+        # Proposals waiting for *me*: my own are not mine to approve.
         queryset = queryset.filter(Exists(Decision.objects.filter(
-            case=OuterRef("pk"), status=DecisionStatus.AWAITING_SECOND)))
+            case=OuterRef("pk"), status=DecisionStatus.AWAITING_SECOND,
+        ).exclude(decided_by=user)))
     elif tab == "breaching":
         queryset = queryset.filter(review_deadline_at__lte=now + BREACHING_WINDOW)
     return _filtered(queryset, filters, now)

@@ -118,11 +118,22 @@ class SameReviewer(ReviewError):
     pass
 
 
+class OwnProposalPending(ReviewError):
+    pass
+
+
 class DecisionNotPending(ReviewError):
     pass
 
 
 class InvalidDecision(ReviewError):
+    status_code = 422
+
+
+class EvidenceContradicted(ReviewError):
+    """A decision against the latest definitive evidence, not marked as an override (or an
+    approval of a proposal that newer evidence contradicts)."""
+
     status_code = 422
 
 
@@ -138,7 +149,15 @@ def holds_claim(case: Case, user: User, now: dt.datetime | None = None) -> bool:
 
 
 def _when(moment: dt.datetime | None) -> str:
-    return timezone.localtime(moment).strftime("%H:%M %Z") if moment else "—"
+    """"1 Dec 2026, 08:00 UTC": every deadline a reviewer reads carries its date."""
+    return when(moment)
+
+
+def when(moment: dt.datetime | None) -> str:
+    if moment is None:
+        return "—"
+    local = timezone.localtime(moment)
+    return f"{local.day} {local:%b %Y, %H:%M} {local.tzname()}"
 
 
 def _held_elsewhere(case: Case) -> ClaimConflict:
@@ -158,14 +177,22 @@ def case_claim(*, case_id: int, user: User, now: dt.datetime | None = None) -> C
     now = now or timezone.now()
     with transaction.atomic():
         before = Case.objects.select_related("claimed_by").get(pk=case_id)
+        proposer_id = (Decision.objects.filter(case_id=case_id,
+                                               status=DecisionStatus.AWAITING_SECOND)
+                       .values_list("decided_by_id", flat=True).first())
+        if proposer_id == user.pk and before.state == State.AWAITING_REVIEW:
+            raise OwnProposalPending(
+                "Your proposal on this case is waiting for a second, different reviewer, so "
+                "you cannot hold the case: that would keep approvers out. You can withdraw "
+                "your proposal without claiming it. Nothing was changed.")
+        free = (Q(claimed_by__isnull=True) | Q(claim_expires_at__isnull=True)
+                | Q(claim_expires_at__lte=now) | Q(claimed_by=user))
+        if proposer_id is not None:
+            # A proposer never locks approvers out, whatever claim they still hold.
+            free |= Q(claimed_by_id=proposer_id)
         touched = (
             Case.objects.filter(pk=case_id, state=State.AWAITING_REVIEW)
-            .filter(
-                Q(claimed_by__isnull=True)
-                | Q(claim_expires_at__isnull=True)
-                | Q(claim_expires_at__lte=now)
-                | Q(claimed_by=user)
-            )
+            .filter(free)
             .update(claimed_by=user, claim_expires_at=now + CLAIM_DURATION, updated_at=now)
         )
         case = Case.objects.select_related("claimed_by", "operation").get(pk=case_id)
@@ -258,6 +285,64 @@ def needs_four_eyes(operation: Operation) -> bool:
     return tool.needs_four_eyes(operation.value_amount)
 
 
+@dataclass(frozen=True)
+class DefinitiveEvidence:
+    """The newest answer from the provider that proves one way: a lookup that found a
+    matching effect or a same-key re-send the provider confirmed (supports confirm), an
+    authoritative "not found" after the consistency window or a definitive rejection of the
+    re-send (supports reject)."""
+
+    evidence: Evidence
+    supports: str  # Action.CONFIRM or Action.REJECT
+
+
+def _supports(evidence: Evidence) -> str | None:
+    response = evidence.response if isinstance(evidence.response, dict) else {}
+    if evidence.outcome == "found_match":
+        return Action.CONFIRM
+    if evidence.outcome == "not_found" and response.get("absence_is_proof") is True:
+        return Action.REJECT
+    if evidence.kind == "resend" and evidence.outcome == "confirmed":
+        return Action.CONFIRM
+    if evidence.kind == "resend" and evidence.outcome == "rejected":
+        return Action.REJECT
+    return None
+
+
+def latest_definitive_evidence(case: Case) -> DefinitiveEvidence | None:
+    for evidence in case.evidence.order_by("-created_at", "-id"):
+        supports = _supports(evidence)
+        if supports is not None:
+            return DefinitiveEvidence(evidence=evidence, supports=supports)
+    return None
+
+
+def contradicted_by(action: str, definitive: DefinitiveEvidence | None) -> bool:
+    """Confirm or reject against what the provider proved (a re-send contradicts nothing: the
+    provider deduplicates it)."""
+    return (definitive is not None and action in (Action.CONFIRM, Action.REJECT)
+            and action != definitive.supports)
+
+
+def _evidence_data(evidence: Evidence) -> dict[str, Any]:
+    return {"id": evidence.pk, "kind": evidence.kind, "outcome": evidence.outcome,
+            "at": evidence.created_at.isoformat()}
+
+
+def _contradiction_message(action: str, definitive: DefinitiveEvidence) -> str:
+    evidence = definitive.evidence
+    at = _when(evidence.created_at)
+    if definitive.supports == Action.CONFIRM:
+        proof = f"the provider's answer at {at} shows the action happened ({evidence.outcome})"
+    else:
+        proof = (f"the provider's answer at {at} proves it did not happen "
+                 f"({evidence.outcome.replace('_', ' ')}, after the consistency window)")
+    verb = "Confirming" if action == Action.CONFIRM else "Rejecting"
+    return (f"{verb} contradicts the evidence: {proof}. To decide against it, mark the "
+            "decision as an override and write why; a second, different reviewer must then "
+            "approve it. Nothing was changed.")
+
+
 
 def _locked_case(case_id: int) -> Case:
     """Lock the operation row, then the case row: the order every ledger transition (whose
@@ -273,7 +358,7 @@ def _locked_case(case_id: int) -> Case:
 
 def _validate_decision(
     case: Case, *, user: User, action: str, reason_code: str, note: str,
-    params_hash: str, now: dt.datetime,
+    params_hash: str, now: dt.datetime, amount_checked: int | None = None,
 ) -> None:
     if case.state != State.AWAITING_REVIEW:
         raise CaseClosed(_closed_message(case))
@@ -288,6 +373,11 @@ def _validate_decision(
         raise ParamsChanged(
             "The operation's parameters are not the ones this decision was made on. "
             "Nothing was changed; reload the case and review it again."
+        )
+    if amount_checked is not None and amount_checked != case.operation.value_amount:
+        raise InvalidDecision(
+            "The amount you checked is not the intent's amount: decide on the right record. "
+            "Nothing was changed."
         )
     if action == Action.RESEND and not resend_allowed(case.operation, now):
         raise ResendNotAllowed(
@@ -309,23 +399,36 @@ def _create_decision(**values: Any) -> Decision:
 
 def case_decide(
     *, case_id: int, user: User, action: str, reason_code: str, note: str,
-    params_hash: str, now: dt.datetime | None = None,
+    params_hash: str, override_reason: str = "", amount_checked: int | None = None,
+    now: dt.datetime | None = None,
 ) -> DecisionOutcome:
-    """Record a reviewer's decision; apply it now, or hold it for a second approval."""
+    """Record a reviewer's decision; apply it now, or hold it for a second approval.
+
+    A decision against the latest definitive evidence needs `override_reason` (the reviewer
+    marked it as an override and wrote why) and then always a second, different reviewer,
+    whatever the amount.
+    """
     now = now or timezone.now()
     with transaction.atomic():
         case = _locked_case(case_id)
         _validate_decision(case, user=user, action=action, reason_code=reason_code, note=note,
-                           params_hash=params_hash, now=now)
+                           params_hash=params_hash, now=now, amount_checked=amount_checked)
+        definitive = latest_definitive_evidence(case)
+        override = contradicted_by(action, definitive)
+        if override and not override_reason.strip():
+            assert definitive is not None
+            raise EvidenceContradicted(_contradiction_message(action, definitive))
         if case.decisions.filter(status=DecisionStatus.AWAITING_SECOND).exists():
             raise ReviewError(
                 "A decision on this case is already waiting for a second approval: approve or "
                 "decline it first. Nothing was changed."
             )
-        four_eyes = needs_four_eyes(case.operation)
+        four_eyes = override or needs_four_eyes(case.operation)
         decision = _create_decision(
             case=case, action=action, reason_code=reason_code, note=note.strip(),
-            params_hash=params_hash, decided_by=user,
+            params_hash=params_hash, decided_by=user, amount_checked=amount_checked,
+            override_reason=override_reason.strip()[:4000] if override else "",
+            overrides_evidence=definitive.evidence if override and definitive else None,
             status=DecisionStatus.AWAITING_SECOND if four_eyes else DecisionStatus.APPLIED,
         )
         _case_event(case, actor=staff_actor(user),
@@ -334,10 +437,13 @@ def case_decide(
         if four_eyes:
             # The proposer steps back so a second reviewer can claim the case and approve.
             _drop_claim(case, now)
+            why = ("it overrides the provider's evidence" if override
+                   else "the amount is at or above the four-eyes threshold")
             return DecisionOutcome(
                 case=case, decision=decision, applied=False, operation=case.operation,
-                message=(f"{Action(action).label} recorded: 1 of 2 approvals. A second, "
-                         "different reviewer must approve it before it takes effect."),
+                message=(f"Your proposal to {action_phrase(action)} is recorded (1 of 2 "
+                         f"approvals). Because {why}, it takes effect only when a second, "
+                         "different reviewer approves it."),
             )
         if action != Action.RESEND:
             operation = _apply_resolution(case, decisions=[decision], user=user)
@@ -368,6 +474,13 @@ def decision_approve(
         if params_hash != proposal.params_hash:
             raise ParamsChanged("The proposal was made on different parameters. Nothing was "
                                 "changed.")
+        definitive = latest_definitive_evidence(case)
+        if contradicted_by(proposal.action, definitive) and (
+                definitive is None or proposal.overrides_evidence_id != definitive.evidence.pk):
+            assert definitive is not None
+            raise EvidenceContradicted(
+                "The provider's evidence changed after this proposal and now contradicts it: "
+                "decline it, and decide again on the new evidence. Nothing was changed.")
         approval = _create_decision(
             case=case, action=proposal.action, reason_code=reason_code, note=note.strip(),
             params_hash=params_hash, decided_by=user, approves=proposal,
@@ -375,7 +488,8 @@ def decision_approve(
         )
         _decision_set_status(proposal, DecisionStatus.APPLIED)
         _case_event(case, actor=staff_actor(user), reason="decision_approved",
-                    data={**_decision_data(approval), "approves": proposal.pk})
+                    data={**_decision_data(approval), "approves": proposal.pk,
+                          **_override_data(proposal)})
         if proposal.action != Action.RESEND:
             operation = _apply_resolution(case, decisions=[proposal, approval], user=user)
             return _applied(case, approval, operation)
@@ -386,8 +500,10 @@ def decision_approve(
 def decision_withdraw(
     *, decision_id: int, user: User, note: str = "", now: dt.datetime | None = None,
 ) -> Decision:
-    """Withdraw a proposal waiting for its second approval (the proposer's change of mind, or
-    a second reviewer declining it). Needs the claim like every other decision."""
+    """Withdraw a proposal waiting for its second approval: the proposer's change of mind
+    (no claim needed: the proposer stepped back so approvers could claim the case, and must
+    not have to take it from them to withdraw), or a second reviewer declining it (with the
+    claim, like every other decision)."""
     now = now or timezone.now()
     with transaction.atomic():
         proposal = Decision.objects.get(pk=decision_id)
@@ -396,7 +512,8 @@ def decision_withdraw(
         _require_pending(proposal)
         if case.state != State.AWAITING_REVIEW:
             raise CaseClosed(_closed_message(case))
-        _require_claim(case, user, now)
+        if proposal.decided_by_id != user.pk:
+            _require_claim(case, user, now)
         if proposal.decided_by_id != user.pk and not note.strip():
             raise InvalidDecision("Say why you decline the proposal in the note.")
         _decision_set_status(proposal, DecisionStatus.WITHDRAWN)
@@ -425,26 +542,50 @@ def _decision_set_status(decision: Decision, status: str) -> None:
 
 
 def _decision_data(decision: Decision) -> dict[str, Any]:
-    return {
+    data: dict[str, Any] = {
         "decision": decision.pk, "action": decision.action, "reason_code": decision.reason_code,
-        "params_hash": decision.params_hash,
+        "params_hash": decision.params_hash, **_override_data(decision),
     }
+    if decision.amount_checked is not None:
+        data["amount_checked"] = decision.amount_checked
+    return data
+
+
+def _override_data(decision: Decision) -> dict[str, Any]:
+    """What an override event records: that it is one, why, and the evidence it overrode."""
+    if decision.overrides_evidence is None:
+        return {}
+    return {"override": True, "override_reason": decision.override_reason,
+            "overridden_evidence": _evidence_data(decision.overrides_evidence)}
+
+
+def action_phrase(action: str) -> str:
+    return {Action.CONFIRM: "confirm it happened", Action.REJECT: "reject it (it did not happen)",
+            Action.RESEND: "re-send it with the same key"}.get(Action(action), action)
 
 
 def _applied(case: Case, decision: Decision, operation: Operation) -> DecisionOutcome:
     case.refresh_from_db()
-    labels = {
-        OpStatus.SUCCEEDED: "Confirmed: the operation is now succeeded and the case resolved.",
-        OpStatus.FAILED: "Rejected: the operation is now failed and the case resolved.",
-        OpStatus.UNKNOWN: ("Re-sent with the same key, but the provider's answer is still "
-                           "unknown. The case stays in review."),
-        OpStatus.IN_FLIGHT: "Re-sent with the same key; the answer is still on its way.",
-    }
-    message = labels.get(OpStatus(operation.status), f"Operation is {operation.status}.")
-    if decision.action == Action.RESEND and operation.status == OpStatus.SUCCEEDED:
-        message = "Re-sent with the same key: the provider confirmed it. Case resolved."
-    elif decision.action == Action.RESEND and operation.status == OpStatus.FAILED:
-        message = "Re-sent with the same key: the provider rejected it. Case resolved."
+    noun = operation.tool.replace("_", " ")
+    status = OpStatus(operation.status)
+    if decision.action != Action.RESEND:
+        verb = "confirmed" if decision.action == Action.CONFIRM else "rejected"
+        message = (f"Case {case.pk} is resolved: the {noun} is {verb} and the operation is now "
+                   f"{status.label.lower()}.")
+    elif status == OpStatus.SUCCEEDED:
+        message = (f"Re-sent with the same key, and the provider confirmed it: case {case.pk} "
+                   "is resolved and the operation is now succeeded.")
+    elif status == OpStatus.FAILED:
+        message = (f"Re-sent with the same key, and the provider rejected it: case {case.pk} "
+                   "is resolved and the operation is now failed.")
+    elif status == OpStatus.IN_FLIGHT:
+        message = "Re-sent with the same key; the provider's answer is still on its way."
+    else:
+        message = ("Re-sent with the same key, but the provider's answer is still unknown, so "
+                   "the case stays in review.")
+    if decision.approves_id is not None:
+        proposer = decision.approves.decided_by.get_username() if decision.approves else ""
+        message = f"You approved {proposer}'s proposal (2 of 2 approvals). {message}"
     return DecisionOutcome(case=case, decision=decision, applied=True, operation=operation,
                            message=message)
 
@@ -466,6 +607,7 @@ def _apply_resolution(
         "decisions": [d.pk for d in decisions],
         "decided_by": [d.decided_by.get_username() for d in decisions],
         "reason_codes": [d.reason_code for d in decisions],
+        **_override_data(decisions[0]),
     }
     try:
         transitions.case_resolve(

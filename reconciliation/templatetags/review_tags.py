@@ -94,9 +94,8 @@ def utc(moment: dt.datetime | None) -> str:
 
 @register.filter
 def hm(moment: dt.datetime | None) -> str:
-    if moment is None:
-        return "—"
-    return timezone.localtime(moment).strftime("%H:%M UTC")
+    """A deadline with its date: "1 Dec 2026, 08:00 UTC"."""
+    return services.when(moment)
 
 
 _REASON_CODE_LABELS = {code: label for codes in services.REASON_CODES.values()
@@ -106,3 +105,30 @@ _REASON_CODE_LABELS = {code: label for codes in services.REASON_CODES.values()
 @register.filter
 def reason_code_label(code: str) -> str:
     return _REASON_CODE_LABELS.get(code, humanize_code(code))
+
+
+_RESOLUTIONS = {
+    "staff_confirmed": "confirmed by staff",
+    "staff_rejected": "rejected by staff",
+    "lookup_proved_success": "the provider's record proved it happened",
+    "lookup_proved_absent": "the provider proved it did not happen",
+    "provider_confirmed": "the provider confirmed it",
+    "provider_rejected": "the provider rejected it",
+}
+
+
+@register.filter
+def resolution_label(code: str) -> str:
+    """Case.resolution codes in words (unknown ones humanised)."""
+    return _RESOLUTIONS.get(code or "", humanize_code(code))
+
+
+@register.filter
+def action_phrase(action: str) -> str:
+    return services.action_phrase(action)
+
+
+@register.filter
+def four_eyes(case: Any) -> bool:
+    """Will a decision on this case need a second reviewer? (Known from the amount alone.)"""
+    return services.needs_four_eyes(case.operation)

@@ -67,8 +67,9 @@ def test_staff_claims_and_confirms_a_high_value_unknown_case(
     page.get_by_label("Note", exact=True).fill("Dashboard shows the refund for invoice-90.")
     page.get_by_role("button", name="Record decision").click()
 
-    expect(page.locator("#case-body")).to_contain_text("Resolved: staff confirmed")
-    expect(page.locator("#announcer")).to_contain_text("Confirmed: the operation is now succeeded")
+    expect(page.locator("#case-body")).to_contain_text("Resolved: confirmed by staff")
+    expect(page.locator("#announcer")).to_contain_text(
+        "the refund is confirmed and the operation is now succeeded.")
     shot(page, "review-case-confirmed")
 
     operation.refresh_from_db()
@@ -121,7 +122,7 @@ def test_four_eyes_needs_two_different_staff_members(
     bob.get_by_label("Your note").fill("Provider support confirmed: no refund was made.")
     bob.get_by_role("button", name="Approve: Reject: it did not happen").click()
 
-    expect(bob.locator("#case-body")).to_contain_text("Resolved: staff rejected")
+    expect(bob.locator("#case-body")).to_contain_text("Resolved: rejected by staff")
     expect(bob.locator("#announcer")).to_contain_text("2 of 2 approvals")
     shot(bob, "review-four-eyes-approved")
 

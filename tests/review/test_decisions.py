@@ -4,6 +4,7 @@ decision bound to the params hash it was made on; refusals write nothing."""
 from __future__ import annotations
 
 import datetime as dt
+import html
 from typing import Any
 
 import pytest
@@ -61,8 +62,10 @@ def test_confirm_makes_the_operation_succeeded_and_resolves_the_case(
 
     if htmx:
         assert response.status_code == 200
-        assert "Confirmed: the operation is now succeeded" in response.content.decode()
-        assert "Resolved: staff confirmed" in response.content.decode()
+        assert ("Case 1 is resolved: the refund is confirmed and the operation is now succeeded."
+                in response.content.decode())
+        assert "Resolved: confirmed by staff" in response.content.decode()
+        assert "Decided by <strong>reviewer-ann</strong>" in response.content.decode()
     else:
         assert response.status_code == 302
         assert response["Location"] == reverse("review:case", args=[claimed.pk])
@@ -196,7 +199,7 @@ def test_resend_inside_retention_uses_the_same_key_once(
     response = ann.post(decide_url(claimed), decision(claimed, "resend"), **HX)
 
     assert response.status_code == 200
-    assert "Re-sent with the same key: the provider confirmed it" in response.content.decode()
+    assert "Re-sent with the same key, and the provider confirmed it" in response.content.decode()
     operation.refresh_from_db()
     assert operation.status == S.SUCCEEDED
     assert operation.fencing_token == 2  # the original attempt, then the re-send
@@ -319,7 +322,7 @@ def test_a_second_reviewer_approves_and_the_decision_takes_effect(
     proposal = _proposed(big_case, reviewer)
     services.case_claim(case_id=big_case.pk, user=second_reviewer)
     page = bob.get(reverse("review:case", args=[big_case.pk])).content.decode()
-    assert "1 of 2 approvals" in page and "Approve: Confirm: it happened" in page
+    assert "1 of 2 approvals" in page and "Approve the proposal to confirm it happened" in page
 
     response = bob.post(approve_url(proposal), approval(big_case), **(HX if htmx else {}))
 
@@ -334,6 +337,13 @@ def test_a_second_reviewer_approves_and_the_decision_takes_effect(
     assert event.data["decided_by"] == ["reviewer-ann", "reviewer-bob"]
     assert Case.objects.get(pk=big_case.pk).state == Case.State.RESOLVED
     assert big_case.events.filter(reason="decision_approved").count() == 1
+    # The confirmation reads as a sentence, and the resolved banner names both reviewers.
+    told = html.unescape(response.content.decode() if htmx
+                         else bob.get(response["Location"]).content.decode())
+    assert (f"You approved reviewer-ann's proposal (2 of 2 approvals). Case {big_case.pk} is "
+            "resolved: the refund is confirmed and the operation is now succeeded.") in told
+    assert ("Proposed by <strong>reviewer-ann</strong> and approved by "
+            "<strong>reviewer-bob</strong>") in told
 
 
 @pytest.mark.parametrize("htmx", [False, True], ids=["plain", "htmx"])
@@ -341,7 +351,6 @@ def test_the_proposer_cannot_approve_their_own_decision(
     htmx: bool, ann: Client, big_case: Case, reviewer: Any
 ) -> None:
     proposal = _proposed(big_case, reviewer)
-    services.case_claim(case_id=big_case.pk, user=reviewer)
     before = snapshot()
 
     response = ann.post(approve_url(proposal), approval(big_case), **(HX if htmx else {}))
@@ -421,9 +430,10 @@ def test_a_second_proposal_waits_for_the_first(
     assert snapshot() == before
 
 
-def test_the_proposer_can_withdraw(ann: Client, big_case: Case, reviewer: Any) -> None:
+def test_the_proposer_can_withdraw_without_claiming_the_case(
+    ann: Client, big_case: Case, reviewer: Any
+) -> None:
     proposal = _proposed(big_case, reviewer)
-    services.case_claim(case_id=big_case.pk, user=reviewer)
 
     response = ann.post(reverse("review:withdraw", args=[proposal.pk]), **HX)
 
