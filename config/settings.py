@@ -264,6 +264,10 @@ STRIPE_API_KEY = env_str("STRIPE_API_KEY", "sk_test_sandbox")
 LEDGER_PROVIDER_TIMEOUT_SECONDS = env_float("LEDGER_PROVIDER_TIMEOUT_SECONDS", 0) or None
 LEDGER_RETRY_AFTER_SECONDS = env_int("LEDGER_RETRY_AFTER_SECONDS", 5)
 LEDGER_PUBLIC_BASE_URL = env_str("LEDGER_PUBLIC_BASE_URL", "")
+# Who the customers' status pages speak for, and how to reach them (shown on every page).
+LEDGER_ORG_NAME = env_str("LEDGER_ORG_NAME", "Example Shop")
+LEDGER_ORG_CONTACT = env_str(
+    "LEDGER_ORG_CONTACT", "Questions? Write to support@example.invalid and quote your reference.")
 
 # --- Celery (the Celery app reads every CELERY_* name) -------------------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")

@@ -47,7 +47,9 @@ class OperationAdmin(admin.ModelAdmin):
     list_display = ["operation_id", "tool", "status", "provider", "value_display", "subject",
                     "agent", "attempts", "created_at"]
     list_filter = ["status", "tool", "provider"]
-    search_fields = ["operation_id", "run_id", "subject", "customer_ref", "provider_request_id"]
+    # "^status_token": the short reference a customer quotes is the start of their status link.
+    search_fields = ["operation_id", "run_id", "subject", "customer_ref", "provider_request_id",
+                     "^status_token"]
     list_select_related = ["agent"]
     date_hierarchy = "created_at"
     inlines = [OperationEventInline]
