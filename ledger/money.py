@@ -110,7 +110,7 @@ def parse_money(text: str, currency: str, locale: str | None = None) -> int:
         raise ValueError(f"“{text.strip()}” is not an amount in {currency}.") from None
     if not value.is_finite():
         raise ValueError(f"“{text.strip()}” is not an amount in {currency}.")
-    exponent_of_value = value.normalize().as_tuple().exponent
+    exponent_of_value = value.as_tuple().exponent  # as typed: "25.00" yen is a mistake
     assert isinstance(exponent_of_value, int)  # finite, checked above
     if -exponent_of_value > exponent:
         decimals = "no decimals" if exponent == 0 else f"at most {exponent} decimals"

@@ -11,6 +11,36 @@ from django.http import HttpRequest
 
 from reconciliation import services, transitions
 from reconciliation.models import Case, CaseEvent, Decision, Evidence
+from reconciliation.review import presentation
+from reconciliation.review import services as review_rules
+
+
+def _human(code: str) -> str:
+    return (code or "").replace("_", " ").capitalize() or "—"
+
+
+def labelled_filter(field: str, title: str, labels: dict[str, str]) -> type[admin.SimpleListFilter]:
+    """A list filter over a code column that shows words: the known label, else the code
+    humanised ("stale_result_ignored" → "Stale result ignored"). Values are the codes found."""
+
+    class LabelledFilter(admin.SimpleListFilter):
+        parameter_name = field
+
+        def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+            codes = (model_admin.get_queryset(request).order_by(field)
+                     .values_list(field, flat=True).distinct())
+            return [(code, labels.get(code, _human(code))) for code in codes if code]
+
+        def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+            value = self.value()
+            return queryset.filter(**{field: value}) if value else queryset
+
+    LabelledFilter.title = title
+    return LabelledFilter
+
+
+REASON_CODE_LABELS = {code: label for codes in review_rules.REASON_CODES.values()
+                      for code, label in codes} | dict([review_rules.OTHER_REASON])
 
 
 class _ReadOnlyInline(admin.TabularInline):
@@ -32,6 +62,7 @@ class _ReadOnlyInline(admin.TabularInline):
 class CaseEventInline(_ReadOnlyInline):
     model = CaseEvent
     fields = ["created_at", "from_state", "to_state", "actor", "reason", "data"]
+    verbose_name_plural = "Case events (the audit trail)"
 
 
 class EvidenceInline(_ReadOnlyInline):
@@ -60,11 +91,13 @@ class _ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(Case)
 class CaseAdmin(_ReadOnlyAdmin):
-    list_display = ["id", "operation", "tool", "state", "open_reason", "review_reason",
-                    "value_display", "attempts", "next_check_at", "deadline_at", "flagged",
-                    "resolution", "resolved_by", "created_at"]
-    list_filter = ["state", "open_reason", "review_reason", "flagged", "operation__tool",
-                   "operation__provider", "resolution"]
+    # Fits a 1,280 px screen: the operation ID wraps, codes are shown as words.
+    list_display = ["id", "operation_id", "tool", "state", "why", "value_display",
+                    "deadline_at", "resolution", "flagged"]
+    list_display_links = ["id", "operation_id"]
+    list_filter = ["state", "open_reason", "review_reason", "flagged",
+                   labelled_filter("operation__tool", "tool", {}),
+                   labelled_filter("operation__provider", "provider", {}), "resolution"]
     search_fields = ["operation__operation_id", "operation__run_id", "operation__subject",
                      "operation__customer_ref", "resolved_by"]
     list_select_related = ["operation"]
@@ -75,7 +108,17 @@ class CaseAdmin(_ReadOnlyAdmin):
 
     @admin.display(description="tool", ordering="operation__tool")
     def tool(self, case: Case) -> str:
-        return case.operation.tool
+        return _human(case.operation.tool)
+
+    @admin.display(description="operation", ordering="operation__operation_id")
+    def operation_id(self, case: Case) -> str:
+        return case.operation.operation_id
+
+    @admin.display(description="why", ordering="review_reason")
+    def why(self, case: Case) -> str:
+        if case.review_reason:
+            return presentation.review_reason_label(case.review_reason)
+        return case.get_open_reason_display()
 
     @admin.display(description="value", ordering="value_amount")
     def value_display(self, case: Case) -> str:
@@ -116,8 +159,13 @@ class CaseAdmin(_ReadOnlyAdmin):
 
 @admin.register(CaseEvent)
 class CaseEventAdmin(_ReadOnlyAdmin):
-    list_display = ["case", "from_state", "to_state", "actor", "reason", "created_at"]
-    list_filter = ["to_state", "reason"]
+    list_display = ["case", "from_state", "to_state", "actor", "reason_words", "created_at"]
+    list_filter = [labelled_filter("to_state", "to state", dict(Case.State.choices)),
+                   labelled_filter("reason", "reason", dict(Case.ReviewReason.choices))]
+
+    @admin.display(description="reason", ordering="reason")
+    def reason_words(self, event: CaseEvent) -> str:
+        return _human(event.reason)
     search_fields = ["case__operation__operation_id", "case__operation__run_id", "actor"]
     list_select_related = ["case__operation"]
 
@@ -127,8 +175,16 @@ class CaseEventAdmin(_ReadOnlyAdmin):
 
 @admin.register(Evidence)
 class EvidenceAdmin(_ReadOnlyAdmin):
-    list_display = ["case", "kind", "outcome", "actor", "created_by", "created_at"]
-    list_filter = ["kind", "outcome"]
+    list_display = ["case", "kind", "outcome_words", "actor", "created_by", "created_at"]
+    list_filter = [labelled_filter("kind", "kind", {}),
+                   labelled_filter("outcome", "answer", {
+                       code: text[0].upper() + text[1:]
+                       for code, text in presentation.CHECK_OUTCOMES.items()})]
+
+    @admin.display(description="answer", ordering="outcome")
+    def outcome_words(self, evidence: Evidence) -> str:
+        text = presentation.CHECK_OUTCOMES.get(evidence.outcome)
+        return text[0].upper() + text[1:] if text else _human(evidence.outcome)
     search_fields = ["case__operation__operation_id", "case__operation__run_id", "actor"]
     list_select_related = ["case__operation", "created_by"]
 
@@ -138,8 +194,18 @@ class EvidenceAdmin(_ReadOnlyAdmin):
 
 @admin.register(Decision)
 class DecisionAdmin(_ReadOnlyAdmin):
-    list_display = ["case", "action", "status", "decided_by", "reason_code", "created_at"]
-    list_filter = ["action", "status", "reason_code"]
+    list_display = ["case", "action", "status", "decided_by", "reason", "override",
+                    "created_at"]
+    list_filter = ["action", "status", labelled_filter("reason_code", "reason",
+                                                       REASON_CODE_LABELS)]
+
+    @admin.display(description="reason", ordering="reason_code")
+    def reason(self, decision: Decision) -> str:
+        return REASON_CODE_LABELS.get(decision.reason_code, _human(decision.reason_code))
+
+    @admin.display(description="override", boolean=True)
+    def override(self, decision: Decision) -> bool:
+        return decision.is_override
     search_fields = ["case__operation__operation_id", "case__operation__run_id",
                      "decided_by__username", "note"]
     list_select_related = ["case__operation", "decided_by"]

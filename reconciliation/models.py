@@ -25,6 +25,18 @@ class Case(models.Model):
         PROVIDER_IN_PROGRESS = "provider_in_progress", "Provider still executing"
         AMBIGUOUS_RESPONSE = "ambiguous_response", "Ambiguous response"
 
+    class Resolution(models.TextChoices):
+        """How a case was resolved (the reason code of the resolving transition)."""
+
+        STAFF_CONFIRMED = "staff_confirmed", "Confirmed by staff"
+        STAFF_REJECTED = "staff_rejected", "Rejected by staff"
+        LOOKUP_PROVED_SUCCESS = "lookup_proved_success", "Provider's record proved it happened"
+        LOOKUP_PROVED_ABSENT = "lookup_proved_absent", "Provider proved it did not happen"
+        PROVIDER_CONFIRMED = "provider_confirmed", "Provider confirmed it"
+        PROVIDER_REJECTED = "provider_rejected", "Provider rejected it"
+        LATE_CONFIRMATION = "late_confirmation", "Provider's late answer confirmed it"
+        LATE_REJECTION = "late_rejection", "Provider's late answer rejected it"
+
     class ReviewReason(models.TextChoices):
         """Why a person has to look (reconciliation.transitions.REVIEW_REASONS)."""
 
@@ -47,7 +59,7 @@ class Case(models.Model):
     last_checked_at = models.DateTimeField(null=True, blank=True)
     deadline_at = models.DateTimeField()
     strategies_tried = models.JSONField(default=list, blank=True)
-    resolution = models.CharField(max_length=32, blank=True)
+    resolution = models.CharField(max_length=32, blank=True, choices=Resolution.choices)
     resolved_by = models.CharField(max_length=200, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
     # Contradicting evidence arrived after a person decided: flagged, never silently flipped.
@@ -114,7 +126,13 @@ class CaseEvent(AppendOnlyModel):
         ordering = ["created_at", "id"]
 
     def __str__(self) -> str:
-        return f"{self.case_id}: {self.from_state or '∅'} → {self.to_state} ({self.reason})"
+        states = dict(Case.State.choices)
+        before = states.get(self.from_state, "New") if self.from_state else "New"
+        reason = self.reason.replace("_", " ")
+        if self.from_state == self.to_state:
+            return f"Case {self.case_id}: {reason}"
+        after = states.get(self.to_state, self.to_state)
+        return f"Case {self.case_id}: {before} → {after} ({reason})"
 
 
 
@@ -139,7 +157,8 @@ class Evidence(AppendOnlyModel):
         ordering = ["created_at", "id"]
 
     def __str__(self) -> str:
-        return f"{self.kind} on case {self.case_id}: {self.outcome}"
+        kind = self.kind.replace("_", " ").capitalize()
+        return f"{kind} on case {self.case_id}: {self.outcome.replace('_', ' ')}"
 
 
 

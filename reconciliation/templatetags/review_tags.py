@@ -10,6 +10,7 @@ from django import template
 from django.utils import timezone
 
 from ledger.money import format_money
+from reconciliation.models import Case
 from reconciliation.review import presentation, services
 
 register = template.Library()
@@ -107,14 +108,8 @@ def reason_code_label(code: str) -> str:
     return _REASON_CODE_LABELS.get(code, humanize_code(code))
 
 
-_RESOLUTIONS = {
-    "staff_confirmed": "confirmed by staff",
-    "staff_rejected": "rejected by staff",
-    "lookup_proved_success": "the provider's record proved it happened",
-    "lookup_proved_absent": "the provider proved it did not happen",
-    "provider_confirmed": "the provider confirmed it",
-    "provider_rejected": "the provider rejected it",
-}
+_RESOLUTIONS = {code: label[0].lower() + label[1:]
+                for code, label in Case.Resolution.choices}
 
 
 @register.filter

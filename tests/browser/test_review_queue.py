@@ -104,12 +104,11 @@ def test_four_eyes_needs_two_different_staff_members(
     expect(approvals).to_contain_text("1 of 2 approvals")
     expect(approvals).to_contain_text("proposed by reviewer-ann")
     expect(approvals).to_contain_text("you cannot approve it yourself")
-    # The same person cannot approve: even holding the claim again, no approval is offered.
-    ann.get_by_role("button", name="Claim this case").click()
-    expect(ann.locator("#case-body")).to_contain_text("You hold this case")
+    # The same person cannot approve, nor take the case back and keep approvers out: no
+    # approval and no claim is offered to them, only withdrawing their proposal.
     expect(ann.get_by_role("button", name=re.compile("^Approve"))).to_have_count(0)
-    ann.get_by_role("button", name="Release").click()
-    expect(ann.get_by_role("button", name="Claim this case")).to_be_visible()
+    expect(ann.get_by_role("button", name="Claim this case")).to_have_count(0)
+    expect(ann.get_by_role("button", name="Withdraw my proposal")).to_be_visible()
     assert Operation.objects.get(pk=case.operation_id).status == "unknown"
     shot(ann, "review-four-eyes-proposed")
 
@@ -120,7 +119,7 @@ def test_four_eyes_needs_two_different_staff_members(
     bob.get_by_role("button", name="Claim this case").click()
     bob.get_by_label("Your reason").select_option("provider_support_confirmed_absent")
     bob.get_by_label("Your note").fill("Provider support confirmed: no refund was made.")
-    bob.get_by_role("button", name="Approve: Reject: it did not happen").click()
+    bob.get_by_role("button", name="Approve the proposal to reject it (it did not happen)").click()
 
     expect(bob.locator("#case-body")).to_contain_text("Resolved: rejected by staff")
     expect(bob.locator("#announcer")).to_contain_text("2 of 2 approvals")

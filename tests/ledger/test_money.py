@@ -86,3 +86,11 @@ def test_parse_money_reads_the_active_locale() -> None:
 def test_format_amount_round_trips_through_parse_money() -> None:
     for amount, currency in [(2500, "JPY"), (2500, "KWD"), (2500, "EUR"), (7, "BHD")]:
         assert parse_money(format_amount(amount, currency), currency) == amount
+
+
+def test_decimals_are_counted_as_typed() -> None:
+    with pytest.raises(ValueError, match="JPY amounts have no decimals"):
+        parse_money("25.00", "JPY", locale="en")
+    with pytest.raises(ValueError, match="at most 2 decimals"):
+        parse_money("25.000", "EUR", locale="en")
+    assert parse_money("2.50", "KWD", locale="en") == 2500

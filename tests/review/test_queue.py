@@ -150,7 +150,7 @@ def test_htmx_tab_switch_answers_with_the_results_partial(
     response = ann.get(QUEUE, {"tab": "unclaimed"}, HTTP_HX_TARGET="queue-results", **HX)
 
     html = response.content.decode()
-    assert html.lstrip().startswith('<div id="queue-results">')
+    assert html.lstrip().startswith('<div id="queue-results" tabindex="-1">')
     assert "<html" not in html and 'id="queue-filters"' not in html
     assert row_ids(html) == [case.pk]
     assert response["Vary"].count("HX-Request") == 1
