@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.utils import timezone
+
 from ledger.models import Operation, OperationEvent
 from ledger.money import format_money
 from ledger.providers import get_adapter
@@ -193,8 +195,9 @@ class EvidenceVerdict:
 
 
 def _at(evidence: Evidence) -> str:
-    return f"{evidence.created_at:%H:%M:%S} UTC on {evidence.created_at.day} " \
-           f"{evidence.created_at:%b %Y}"
+    """"09:00:36 UTC on 30 Nov 2026": to the second, because lookups come seconds apart."""
+    local = timezone.localtime(evidence.created_at)
+    return f"{local:%H:%M:%S} {local.tzname()} on {local.day} {local:%b %Y}"
 
 
 def _noun(operation: Operation) -> str:
