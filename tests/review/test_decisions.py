@@ -62,8 +62,8 @@ def test_confirm_makes_the_operation_succeeded_and_resolves_the_case(
 
     if htmx:
         assert response.status_code == 200
-        assert ("Case 1 is resolved: the refund is confirmed and the operation is now succeeded."
-                in response.content.decode())
+        assert (f"Case {claimed.pk} is resolved: the refund is confirmed and the operation "
+                "is now succeeded.") in response.content.decode()
         assert "Resolved: confirmed by staff" in response.content.decode()
         assert "Decided by <strong>reviewer-ann</strong>" in response.content.decode()
     else:
