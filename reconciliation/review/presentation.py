@@ -14,10 +14,10 @@ from django.utils import timezone
 
 from ledger.models import Operation, OperationEvent
 from ledger.money import format_money
-from ledger.providers import get_adapter
-from ledger.tools import Tool, UnknownTool, get_tool
+from ledger.tools import Tool, UnknownTool, tool_of
 from reconciliation.models import Case, CaseEvent, Decision, Evidence
 from reconciliation.review.services import (
+    _capabilities,
     key_retention_deadline,
     latest_definitive_evidence,
     resend_allowed,
@@ -52,7 +52,7 @@ def review_reason_choices() -> list[tuple[str, str]]:
 
 def four_eyes_threshold_display(operation: Operation) -> str:
     try:
-        threshold = get_tool(operation.tool).four_eyes_threshold
+        threshold = tool_of(operation).four_eyes_thresholds.get(operation.value_currency)
     except UnknownTool:
         return ""
     if threshold is None:
@@ -158,7 +158,7 @@ def case_evidence(case: Case) -> EvidencePanel:
     """Everything a reviewer needs to decide, read in five queries."""
     operation = case.operation
     try:
-        tool: Tool | None = get_tool(operation.tool)
+        tool: Tool | None = tool_of(operation)
     except UnknownTool:
         tool = None
     op_events = list(operation.events.order_by("created_at", "id"))
@@ -167,6 +167,7 @@ def case_evidence(case: Case) -> EvidencePanel:
         "decided_by", "approves", "approves__decided_by", "overrides_evidence",
     ).order_by("created_at", "id"))
     lookups = list(case.evidence.select_related("created_by").order_by("created_at", "id"))
+    capabilities = _capabilities(operation)
     return EvidencePanel(
         tool=tool,
         intent_params=_redacted(tool, operation.intent_params),
@@ -178,7 +179,7 @@ def case_evidence(case: Case) -> EvidencePanel:
         key_retention_deadline=key_retention_deadline(operation),
         resend_deadline=resend_deadline(operation),
         resend_allowed=resend_allowed(operation),
-        honours_keys=get_adapter(operation.provider).capabilities.honours_idempotency_keys,
+        honours_keys=bool(capabilities and capabilities.honours_idempotency_keys),
         decisions=decisions,
         verdict=evidence_verdict(case, lookups),
         decided_by=decided_by(case, decisions),

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from django.db.models import Exists, F, OuterRef, Prefetch, Q, QuerySet
 from django.utils import timezone
 
-from ledger.tools import REGISTRY
+from ledger.tools import latest_tools, tool_names
 from reconciliation.models import Case, CaseEvent, Decision
 
 if TYPE_CHECKING:
@@ -244,8 +244,8 @@ def case_get_for_review(case_id: int) -> Case:
 
 
 def tool_choices() -> list[tuple[str, str]]:
-    return [(name, name.replace("_", " ")) for name in sorted(REGISTRY)]
+    return [(name, name.replace("_", " ")) for name in tool_names()]
 
 
 def provider_choices() -> list[tuple[str, str]]:
-    return [(name, name) for name in sorted({tool.provider for tool in REGISTRY.values()})]
+    return [(name, name) for name in sorted({tool.provider for tool in latest_tools()})]
