@@ -290,6 +290,11 @@ LEDGER_TALLY_FLUSH_SECONDS = env_float("LEDGER_TALLY_FLUSH_SECONDS", 10.0)
 OPS_PROVIDER_ERROR_RATE = env_float("OPS_PROVIDER_ERROR_RATE", 0.2)
 OPS_PROVIDER_ERROR_MIN_CALLS = env_int("OPS_PROVIDER_ERROR_MIN_CALLS", 20)
 
+# Who the customers' status pages speak for, and how to reach them (shown on every page).
+LEDGER_ORG_NAME = env_str("LEDGER_ORG_NAME", "Example Shop")
+LEDGER_ORG_CONTACT = env_str(
+    "LEDGER_ORG_CONTACT", "Questions? Write to support@example.invalid and quote your reference.")
+
 # --- Celery (the Celery app reads every CELERY_* name) -------------------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = (

@@ -6,6 +6,8 @@ from typing import Any
 from django.db import models
 from django.db.models import Q
 
+from ledger.money import format_money
+
 
 def new_status_token() -> str:
     # The customer's status link: 256 bits, so it cannot be guessed or enumerated.
@@ -153,7 +155,7 @@ class Operation(models.Model):
     def value_display(self) -> str:
         if self.value_amount is None:
             return ""
-        return f"{self.value_amount / 100:,.2f} {self.value_currency}"
+        return format_money(self.value_amount, self.value_currency)
 
 
 class AppendOnlyError(Exception):
