@@ -231,7 +231,7 @@ def persist_outcome(claim: transitions.Claim, outcome: SendOutcome, *, actor: st
     operation, token = claim.operation, claim.fencing_token
     result: Operation | None
     try:
-        result = _apply(operation, token, outcome, actor)
+        result = _apply(operation, token, outcome, actor, new=claim.new)
     except transitions.StaleFencingToken:
         return _keep_as_evidence(operation, token, outcome, actor)
     except transitions.InvalidTransition:
@@ -273,18 +273,22 @@ def _keep_as_evidence(
     return Operation.objects.get(pk=operation.pk)
 
 
-def _apply(operation: Operation, token: int, outcome: SendOutcome, actor: str) -> Operation:
+def _apply(
+    operation: Operation, token: int, outcome: SendOutcome, actor: str, *, new: bool = False
+) -> Operation:
+    """`new`: the claim created the row, so a definitive outcome is one fenced statement with
+    its event and no case to close (transitions.operation_succeed's never_unknown)."""
     data = _evidence(outcome)
     match outcome:
         case Confirmed():
             return transitions.operation_succeed(
                 operation=operation, fencing_token=token, result=outcome.result,
                 provider_request_id=outcome.provider_request_id, actor=actor,
-                reason="provider_confirmed", data=data)
+                reason="provider_confirmed", data=data, never_unknown=new)
         case Rejected():
             return transitions.operation_fail(
                 operation=operation, fencing_token=token, error_class=outcome.error_class,
-                actor=actor, reason="provider_rejected", data=data)
+                actor=actor, reason="provider_rejected", data=data, never_unknown=new)
         case NotSent():
             return transitions.operation_release(
                 operation=operation, fencing_token=token, error_class=outcome.error_class,
