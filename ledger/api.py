@@ -20,12 +20,14 @@ from ledger.serializers import (
     OperationSerializer,
     OperationSubmitSerializer,
     RunOperationsSerializer,
+    operation_resource,
+    operation_resources,
 )
 
 
 def _resource(operation: Operation, request: Request, *, status_code: int,
               headers: dict[str, str] | None = None) -> Response:
-    body = OperationSerializer(operation, context={"request": request}).data
+    body = operation_resource(operation, request=request)
     response = Response(body, status=status_code, headers=headers or {})
     return response
 
@@ -118,11 +120,10 @@ class RunOperationsApi(APIView):
         operations = list(selectors.operation_list_for_run(agent=request_agent(request),
                                                             run_id=run_id))
         first_unresolved = next((op for op in operations if not op.is_terminal), None)
-        context = {"request": request}
         return Response({
             "run_id": run_id,
             "count": len(operations),
-            "operations": OperationSerializer(operations, many=True, context=context).data,
-            "first_unresolved": OperationSerializer(first_unresolved, context=context).data
+            "operations": operation_resources(operations, request=request),
+            "first_unresolved": operation_resource(first_unresolved, request=request)
             if first_unresolved else None,
         })

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
@@ -103,6 +105,51 @@ class OperationSerializer(serializers.ModelSerializer):
 
     def get_url(self, obj: Operation) -> str:
         return self._absolute(reverse("api:operation-detail", args=[obj.operation_id]))
+
+
+_plan_lock = threading.Lock()
+_plan: list[tuple[str, Any, str]] | None = None
+
+
+def _render_plan() -> list[tuple[str, Any, str]]:
+    """OperationSerializer's fields, built and bound once per process (DRF builds them again
+    for every serializer instance, which costs more than rendering). Method fields are called
+    on a per-call instance that carries the request; every other field renders through its one
+    shared bound field, which holds no per-call state."""
+    global _plan
+    if _plan is None:
+        with _plan_lock:
+            if _plan is None:
+                template = OperationSerializer()
+                plan = []
+                for name, field in template.fields.items():
+                    if isinstance(field, serializers.SerializerMethodField):
+                        plan.append((name, field.method_name, "method"))
+                    else:
+                        plan.append((name, field, "field"))
+                _plan = plan
+    return _plan
+
+
+def operation_resource(operation: Operation, *, request: Any = None) -> dict[str, Any]:
+    """The operation resource, exactly as OperationSerializer(operation).data renders it
+    (tests/ledger/test_efficiency.py compares them), without building a serializer."""
+    renderer = object.__new__(OperationSerializer)
+    renderer.parent = None  # type: ignore[assignment]
+    renderer._context = {"request": request} if request is not None else {}
+    out: dict[str, Any] = {}
+    for name, target, kind in _render_plan():
+        if kind == "method":
+            out[name] = getattr(renderer, target)(operation)
+            continue
+        attribute = target.get_attribute(operation)
+        out[name] = None if attribute is None else target.to_representation(attribute)
+    return out
+
+
+def operation_resources(operations: Iterable[Operation], *, request: Any = None,
+                        ) -> list[dict[str, Any]]:
+    return [operation_resource(op, request=request) for op in operations]
 
 
 class RunOperationsSerializer(serializers.Serializer):
