@@ -1,11 +1,12 @@
 """Browser middleware that agents' bearer-token API calls skip.
 
-A call to /api/ with `Authorization: Bearer …` never has a session, a CSRF cookie, flash
+A call to /api/ with `Authorization: Bearer …` never has a session, a signed-in user, flash
 messages or htmx headers, so running that middleware is pure cost on the hottest path (a
-replay). CSRF and clickjacking stay as Django ships them (`check --deploy` looks for them by name;
-DRF's views are CSRF-exempt, so the CSRF middleware does next to nothing for them). Each class here is the Django (or django-htmx) middleware it subclasses
-— so the admin's system checks still find them — and steps aside for those calls only; every
-other request (pages, the admin, an API call without a bearer token) gets the full behaviour.
+replay). Each class here is the Django (or django-htmx) middleware it subclasses — so the
+admin's system checks still find them — and steps aside for those calls only; every other
+request (pages, the admin, an API call without a bearer token) gets the full behaviour. CSRF and
+clickjacking stay as Django ships them (`check --deploy` looks for them by name; DRF's views are
+CSRF-exempt, so the CSRF middleware does next to nothing for them).
 """
 
 from __future__ import annotations

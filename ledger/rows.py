@@ -78,7 +78,7 @@ def instance(model: type[Model], row: Sequence[Any], alias: str = "default") -> 
         for converter in converters:
             value = converter(value, col, connection)
         values.append(value)
-    return model.from_db(alias, None, values)
+    return model.from_db(alias, None, values)  # type: ignore[arg-type]  # all columns
 
 
 def field_count(model: type[Model]) -> int:

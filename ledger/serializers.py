@@ -121,7 +121,7 @@ def _render_plan() -> list[tuple[str, Any, str]]:
         with _plan_lock:
             if _plan is None:
                 template = OperationSerializer()
-                plan = []
+                plan: list[tuple[str, Any, str]] = []
                 for name, field in template.fields.items():
                     if isinstance(field, serializers.SerializerMethodField):
                         plan.append((name, field.method_name, "method"))

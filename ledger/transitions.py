@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Field
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -245,7 +246,8 @@ def _event_select(source: str, events: Sequence[_EventRow], now: dt.datetime,
         params.extend(rows.insert_params_for(fields, event.values(now)))
         tuples.append(f"({rows.placeholders(len(fields) + 1)})")
     sql = (
-        f'INSERT INTO "{OperationEvent._meta.db_table}" ("{fk.column}", {rows.column_list(fields)}) '
+        f'INSERT INTO "{OperationEvent._meta.db_table}" '
+        f'("{fk.column}", {rows.column_list(fields)}) '
         f'SELECT {source}."id", {", ".join("v." + n for n in names)} FROM {source} '
         f'CROSS JOIN (VALUES {", ".join(tuples)}) AS v(n, {", ".join(names)}) ORDER BY v.n'
     )
@@ -332,9 +334,11 @@ def _finish_new(
     values = {"status": to_status, "updated_at": now, **fields}
     event = _EventRow(S.IN_FLIGHT, to_status, actor, fencing_token, reason, data)
     if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        sets, params = [], []
+        sets: list[str] = []
+        params: list[Any] = []
         for name, value in values.items():
             field = Operation._meta.get_field(name)
+            assert isinstance(field, Field)
             sets.append(f'"{field.column}" = %s')
             params.append(field.get_db_prep_save(value, connection))
         params += [operation.pk, fencing_token]
