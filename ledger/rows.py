@@ -10,12 +10,47 @@ get_db_prep_save() and come back through the same converters the ORM applies.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
 from django.db import connections
 from django.db.models import Field, Model
+
+ONLY_EXPLICIT = 2**31 - 1
+
+
+def fetchone(sql: str, params: Sequence[Any], alias: str = "default") -> tuple[Any, ...] | None:
+    """Run one hot-path statement and return its first row.
+
+    On PostgreSQL it goes out as a named prepared statement with server-side parameters
+    (psycopg's `prepare=True`), so the server parses and plans it once per connection instead
+    of once per call — Django's own cursors send literal SQL. The statement text is fixed per
+    process (built once from the models), so a connection holds a handful of them. It still
+    goes through Django's error translation and query log (CaptureQueriesContext sees it).
+    Elsewhere Django's cursor."""
+    connection = connections[alias]
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchone()
+    import psycopg
+
+    connection.ensure_connection()
+    raw = connection.connection
+    if raw.prepare_threshold is None:
+        # Django opens connections with preparation off; allow it for explicit prepare=True
+        # only (Django's own client-side cursors are never prepared).
+        raw.prepare_threshold = ONLY_EXPLICIT
+    started = time.monotonic()
+    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+        cursor.execute(sql, params, prepare=True)  # type: ignore[arg-type]
+        row = cursor.fetchone()
+    if connection.queries_logged:
+        connection.queries_log.append(
+            {"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
+    return row
 
 
 def _concrete(model: type[Model]) -> list[Field[Any, Any]]:

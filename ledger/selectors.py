@@ -5,7 +5,6 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from django.db import connection
 from django.db.models import Model, QuerySet
 from django.db.models.fields.reverse_related import OneToOneRel
 
@@ -48,9 +47,7 @@ def _lookup_sql(by_agent: bool) -> tuple[str, tuple[tuple[OneToOneRel, type[Mode
 def _lookup(operation_id: str, agent: AgentCredential | None) -> Operation | None:
     sql, related = _lookup_sql(agent is not None)
     params: list[Any] = [operation_id] if agent is None else [operation_id, agent.pk]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row = rows.fetchone(sql, params)
     if row is None:
         return None
     width = rows.field_count(Operation)

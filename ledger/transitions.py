@@ -271,10 +271,9 @@ def _insert_new(row: dict[str, Any], events: Sequence[_EventRow], *, now: dt.dat
     if connection.vendor == "postgresql" and not connection.in_atomic_block:
         # One statement, one commit: the row, and its events only if the row was inserted.
         events_sql, events_params = _event_select("ins", events, now)
-        with connection.cursor() as cursor:
-            cursor.execute(f'WITH ins AS ({insert}), ev AS ({events_sql}) SELECT "id" FROM ins',
-                           [*params, *events_params])
-            inserted = cursor.fetchone()
+        inserted = rows.fetchone(
+            f'WITH ins AS ({insert}), ev AS ({events_sql}) SELECT "id" FROM ins',
+            [*params, *events_params])
     else:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(insert, params)
@@ -348,9 +347,7 @@ def _finish_new(
             f"WHERE \"id\" = %s AND \"status\" = 'in_flight' AND \"fencing_token\" = %s "
             f'RETURNING "id"), ev AS ({events_sql}) SELECT "id" FROM moved'
         )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [*params, *events_params])
-            moved = cursor.fetchone() is not None
+        moved = rows.fetchone(sql, [*params, *events_params]) is not None
     else:
         with transaction.atomic():
             moved = Operation.objects.filter(
