@@ -45,7 +45,7 @@ def fetchone(sql: str, params: Sequence[Any], alias: str = "default") -> tuple[A
         raw.prepare_threshold = ONLY_EXPLICIT
     started = time.monotonic()
     with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
-        cursor.execute(sql, params, prepare=True)  # type: ignore[arg-type]
+        cursor.execute(sql, params, prepare=True)
         row = cursor.fetchone()
     if connection.queries_logged:
         connection.queries_log.append(

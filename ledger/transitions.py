@@ -8,7 +8,7 @@ and either return it unchanged (it is already where we wanted it — tasks run t
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -254,6 +254,62 @@ def _event_select(source: str, events: Sequence[_EventRow], now: dt.datetime,
     return sql, params
 
 
+@dataclass(frozen=True)
+class HotTransition:
+    """One transition written by the hot path's single statement (see register_hot_path_rows).
+    `source` names the CTE that holds the written operation row's "id"."""
+
+    operation_id: str
+    from_status: str | None
+    to_status: str
+    fencing_token: int
+    reason: str
+    source: str
+
+
+HotPathRows = Callable[[HotTransition], Sequence[tuple[str, Sequence[Any]]]]
+_hot_path_rows: list[HotPathRows] = []
+
+
+def register_hot_path_rows(hook: HotPathRows) -> None:
+    """Add rows to the hot path's commits: record-and-claim and a new claim's definitive
+    outcome, which on PostgreSQL are one statement each and send no signals.
+
+    The hook returns `[(sql, params)]` for each transition, each sql an
+    `INSERT INTO … SELECT … FROM <source>` that reads the operation's "id" from the CTE named by
+    `transition.source`. On PostgreSQL each becomes one more CTE of the same statement (so the
+    row is written only if the transition was); elsewhere it runs in the same transaction as
+    `WITH <source> AS (SELECT <id> AS "id") <sql>`. (A webhook outbox row per status change goes
+    here; the general path's transitions run inside transaction.atomic() and can write it
+    directly or from a signal receiver.)"""
+    _hot_path_rows.append(hook)
+
+
+def _extra_rows(operation_id: str, events: Sequence[_EventRow], source: str,
+                ) -> list[tuple[str, Sequence[Any]]]:
+    extra: list[tuple[str, Sequence[Any]]] = []
+    for hook in _hot_path_rows:
+        for event in events:
+            extra.extend(hook(HotTransition(operation_id, event.from_status, event.to_status,
+                                            event.fencing_token, event.reason, source)))
+    return extra
+
+
+def _with_extra(sql_ctes: str, params: list[Any], extra: Sequence[tuple[str, Sequence[Any]]],
+                ) -> tuple[str, list[Any]]:
+    for n, (sql, extra_params) in enumerate(extra):
+        sql_ctes += f", x{n} AS ({sql})"
+        params = [*params, *extra_params]
+    return sql_ctes, params
+
+
+def _extra_in_transaction(pk: int, extra: Sequence[tuple[str, Sequence[Any]]], source: str,
+                          ) -> None:
+    with connection.cursor() as cursor:
+        for sql, params in extra:
+            cursor.execute(f'WITH {source} AS (SELECT %s AS "id") {sql}', [pk, *params])
+
+
 def _insert_new(row: dict[str, Any], events: Sequence[_EventRow], *, now: dt.datetime,
                 ) -> Operation | None:
     """Insert the operation row (unless its operation ID exists) and its events in one commit.
@@ -268,12 +324,13 @@ def _insert_new(row: dict[str, Any], events: Sequence[_EventRow], *, now: dt.dat
         f'RETURNING "id"'
     )
     params = rows.insert_params_for(fields, full)
+    extra = _extra_rows(full["operation_id"], events, "ins")
     if connection.vendor == "postgresql" and not connection.in_atomic_block:
         # One statement, one commit: the row, and its events only if the row was inserted.
         events_sql, events_params = _event_select("ins", events, now)
-        inserted = rows.fetchone(
-            f'WITH ins AS ({insert}), ev AS ({events_sql}) SELECT "id" FROM ins',
-            [*params, *events_params])
+        ctes, all_params = _with_extra(f"WITH ins AS ({insert}), ev AS ({events_sql})",
+                                       [*params, *events_params], extra)
+        inserted = rows.fetchone(f'{ctes} SELECT "id" FROM ins', all_params)
     else:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(insert, params)
@@ -283,6 +340,7 @@ def _insert_new(row: dict[str, Any], events: Sequence[_EventRow], *, now: dt.dat
                     OperationEvent(operation_id=inserted[0], **event.values(now))
                     for event in events
                 ])
+                _extra_in_transaction(inserted[0], extra, "ins")
     if inserted is None:
         return None
     operation = Operation(id=inserted[0], **full)
@@ -332,6 +390,7 @@ def _finish_new(
     now = timezone.now()
     values = {"status": to_status, "updated_at": now, **fields}
     event = _EventRow(S.IN_FLIGHT, to_status, actor, fencing_token, reason, data)
+    extra = _extra_rows(operation.operation_id, [event], "moved")
     if connection.vendor == "postgresql" and not connection.in_atomic_block:
         sets: list[str] = []
         params: list[Any] = []
@@ -342,12 +401,11 @@ def _finish_new(
             params.append(field.get_db_prep_save(value, connection))
         params += [operation.pk, fencing_token]
         events_sql, events_params = _event_select("moved", [event], now)
-        sql = (
+        ctes, all_params = _with_extra(
             f'WITH moved AS (UPDATE "{Operation._meta.db_table}" SET {", ".join(sets)} '
             f"WHERE \"id\" = %s AND \"status\" = 'in_flight' AND \"fencing_token\" = %s "
-            f'RETURNING "id"), ev AS ({events_sql}) SELECT "id" FROM moved'
-        )
-        moved = rows.fetchone(sql, [*params, *events_params]) is not None
+            f'RETURNING "id"), ev AS ({events_sql})', [*params, *events_params], extra)
+        moved = rows.fetchone(f'{ctes} SELECT "id" FROM moved', all_params) is not None
     else:
         with transaction.atomic():
             moved = Operation.objects.filter(
@@ -355,6 +413,7 @@ def _finish_new(
             ).update(**values) == 1
             if moved:
                 OperationEvent.objects.create(operation_id=operation.pk, **event.values(now))
+                _extra_in_transaction(operation.pk, extra, "moved")
     if not moved:
         return None
     for name, value in values.items():

@@ -286,3 +286,51 @@ def test_the_resource_renders_exactly_as_the_serializer_does(agent, status, rf):
                   Operation.objects.select_related("reconciliation_case").get(pk=operation.pk)):
         expected = OperationSerializer(fresh, context={"request": request}).data
         assert operation_resource(fresh, request=request) == expected
+
+
+@pytest.fixture
+def outbox_stand_in() -> Iterator[None]:
+    """A hot-path row hook like issue 8's webhook outbox, writing a marker event per transition
+    (the event table stands in for an outbox table)."""
+    from ledger import transitions
+
+    def hook(t: transitions.HotTransition) -> list[tuple[str, list[Any]]]:
+        return [(
+            'INSERT INTO ledger_operationevent (operation_id, from_status, to_status, actor, '
+            'fencing_token, reason, data, created_at) '
+            f'SELECT {t.source}."id", %s, %s, %s, %s, %s, %s, CURRENT_TIMESTAMP '
+            f'FROM {t.source}',
+            [t.to_status, t.to_status, "outbox", t.fencing_token, "outbox_row", "{}"],
+        )]
+
+    transitions.register_hot_path_rows(hook)
+    yield
+    transitions._hot_path_rows.remove(hook)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_hot_path_row_hook_writes_in_the_same_commits(api, sandbox, outbox_stand_in):
+    warm(api)
+    with mock.patch.object(connection, "commit", wraps=connection.commit) as commit:
+        response = api.post("/api/v1/operations", submit_body(), format="json")
+    assert response.status_code == 201
+    events = Operation.objects.get(operation_id=OPERATION_ID).events
+    assert list(events.filter(reason="outbox_row").values_list("to_status", flat=True)
+                .order_by("to_status")) == ["in_flight", "prepared", "succeeded"]
+    if connection.vendor == "postgresql":
+        assert write_transactions(OPERATION_ID) == 2  # no commit of their own
+    else:
+        assert commit.call_count == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_hot_path_row_hook_writes_nothing_when_the_id_is_taken(agent, sandbox,
+                                                                 outbox_stand_in):
+    from ledger import transitions
+
+    values = factories.row_values(OPERATION_ID)
+    transitions.operation_record(agent=agent, values=values)
+    operation, claim = transitions.operation_record_and_claim(
+        agent=agent, values=values, worker="w", lease_seconds=60)
+    assert claim is None
+    assert operation.events.filter(reason="outbox_row").count() == 1  # the first record's only
