@@ -22,6 +22,7 @@ from ledger.serializers import (
     RunOperationsSerializer,
     operation_resource,
     operation_resources,
+    submit_fields_fast,
 )
 
 
@@ -58,10 +59,12 @@ class OperationSubmitApi(APIView):
     )
     def post(self, request: Request) -> Response:
         body = request.data
-        serializer = OperationSubmitSerializer(data=body)
-        serializer.is_valid(raise_exception=True)
+        data: dict[str, Any] | None = submit_fields_fast(body)
+        if data is None:
+            serializer = OperationSubmitSerializer(data=body)
+            serializer.is_valid(raise_exception=True)
+            data = serializer.validated_data
         assert isinstance(body, Mapping)  # is_valid() has refused a body that is not an object
-        data: dict[str, Any] = serializer.validated_data
         try:
             submission = executor.submit(
                 agent=request_agent(request),

@@ -57,6 +57,49 @@ class OperationSubmitSerializer(serializers.Serializer):
     )
 
 
+_SUBMIT_TEXT_FIELDS = (
+    ("operation_id", MAX_OPERATION_ID_LENGTH, True),
+    ("tool", 64, True),
+    ("run_id", 200, False),
+    ("tool_call_id", 200, False),
+    ("customer_ref", 200, False),
+)
+
+
+def submit_fields_fast(body: Any) -> dict[str, Any] | None:
+    """OperationSubmitSerializer's validated_data for a plainly valid body, without building
+    the serializer (DRF deep-copies its fields for every instance). None for anything it does
+    not accept as it stands — a missing or blank field, a number where text goes, a NUL — and
+    the caller validates with the serializer, so every error reads exactly as DRF words it
+    (tests/ledger/test_efficiency.py compares the two)."""
+    if not isinstance(body, dict) or not isinstance(body.get("params"), dict):
+        return None
+    data: dict[str, Any] = {}
+    for name, max_length, required in _SUBMIT_TEXT_FIELDS:
+        if name not in body:
+            if required:
+                return None
+            data[name] = ""
+            continue
+        value = body[name]
+        if not isinstance(value, str):
+            return None
+        value = value.strip()
+        if not value or len(value) > max_length or "\x00" in value:
+            return None
+        try:
+            value.encode("utf-8")  # lone surrogates: DRF refuses them
+        except UnicodeEncodeError:
+            return None
+        data[name] = value
+    execution = body.get("execution", "sync")
+    if execution not in ("sync", "async") or not isinstance(execution, str):
+        return None
+    data["execution"] = execution
+    data["params"] = {str(k): v for k, v in body["params"].items()}
+    return data
+
+
 class OperationSerializer(serializers.ModelSerializer):
     customer_status = serializers.SerializerMethodField()
     guidance = serializers.SerializerMethodField()

@@ -334,3 +334,37 @@ def test_a_hot_path_row_hook_writes_nothing_when_the_id_is_taken(agent, sandbox,
         agent=agent, values=values, worker="w", lease_seconds=60)
     assert claim is None
     assert operation.events.filter(reason="outbox_row").count() == 1  # the first record's only
+
+
+@pytest.mark.parametrize("body", [
+    submit_body(),
+    submit_body(execution="async", customer_ref="  cust-9  "),
+    {"operation_id": "wf:1:refund-1:v1", "tool": "refund", "params": {}},
+    submit_body(run_id=""),
+    submit_body(run_id=17),
+    submit_body(tool_call_id=None),
+    submit_body(operation_id="x" * 500),
+    submit_body(tool="ref\x00und"),
+    submit_body(customer_ref="\ud800"),
+    submit_body(execution="later"),
+    submit_body(execution=1),
+    submit_body(params=[1, 2]),
+    {"tool": "refund", "params": {}},
+    ["not", "an", "object"],
+])
+def test_the_fast_submit_check_accepts_exactly_what_the_serializer_accepts(body):
+    from ledger.serializers import OperationSubmitSerializer, submit_fields_fast
+
+    fast = submit_fields_fast(body)
+    serializer = OperationSubmitSerializer(data=body)
+    if fast is None:
+        return  # the API validates with the serializer itself: same answer by construction
+    assert serializer.is_valid(), serializer.errors
+    assert fast == dict(serializer.validated_data)
+
+
+def test_plain_valid_bodies_take_the_fast_path():
+    from ledger.serializers import submit_fields_fast
+
+    assert submit_fields_fast(submit_body()) is not None
+    assert submit_fields_fast(submit_body(execution="async")) is not None
