@@ -156,7 +156,42 @@ def request_agent(request: Request) -> AgentCredential:
 
 
 class AgentRateThrottle(throttling.SimpleRateThrottle):
+    """N requests per period per agent, counted in a window that opens with the agent's first
+    request and closes a period later: one atomic cache increment per request (one Redis INCR
+    with CACHE_URL), where DRF's sliding log re-writes the whole request history on every call
+    (its cost grows with the rate). A burst can reach up to 2 × N across two adjacent windows."""
+
     scope = "agent"
+
+    def __init__(self) -> None:
+        super().__init__()
+        limit, period = self.parse_rate(self.rate)
+        self.limit: int | None = limit
+        self.period: int | None = period
+
+    def allow_request(self, request: Request, view: object) -> bool:
+        if self.limit is None or self.period is None:
+            return True
+        self.key = self.get_cache_key(request, view)
+        if self.key is None:
+            return True
+        self.now = self.timer()
+        if self.cache.add(self.key, 1, self.period):
+            self.cache.set(f"{self.key}:opened", self.now, self.period)
+            return True
+        try:
+            count = self.cache.incr(self.key)
+        except ValueError:  # the window closed between add() and incr()
+            self.cache.set(self.key, 1, self.period)
+            self.cache.set(f"{self.key}:opened", self.now, self.period)
+            return True
+        return count <= self.limit
+
+    def wait(self) -> float | None:
+        if self.period is None:
+            return None
+        opened = self.cache.get(f"{self.key}:opened", self.now)
+        return max(opened + self.period - self.now, 0.0)
 
     def get_cache_key(self, request: Request, view: object) -> str | None:
         if isinstance(request.user, AgentCredential):

@@ -368,3 +368,27 @@ def test_plain_valid_bodies_take_the_fast_path():
 
     assert submit_fields_fast(submit_body()) is not None
     assert submit_fields_fast(submit_body(execution="async")) is not None
+
+
+@pytest.mark.django_db
+def test_the_throttle_counts_in_a_window_that_reopens_a_period_later(api, frozen):
+    from django.core.cache import cache
+
+    from ledger.auth import AgentRateThrottle
+
+    cache.clear()
+    original = AgentRateThrottle.THROTTLE_RATES
+    AgentRateThrottle.THROTTLE_RATES = {**original, "agent": "2/min"}
+    try:
+        codes = [api.get(f"/api/v1/operations/{OPERATION_ID}") for _ in range(3)]
+        frozen.shift(20)
+        still = api.get(f"/api/v1/operations/{OPERATION_ID}")
+        frozen.shift(41)
+        reopened = api.get(f"/api/v1/operations/{OPERATION_ID}")
+    finally:
+        AgentRateThrottle.THROTTLE_RATES = original
+        cache.clear()
+    assert [r.status_code for r in codes] == [404, 404, 429]
+    assert int(codes[2]["Retry-After"]) == 60
+    assert still.status_code == 429 and int(still["Retry-After"]) == 40
+    assert reopened.status_code == 404
