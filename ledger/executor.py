@@ -84,15 +84,18 @@ def _validated(tool_name: str, params: Any, agent: AgentCredential) -> tuple[Too
     return tool, dict(params)
 
 
-def _row_values(
-    *, tool: Tool, operation_id: str, params: dict[str, Any], run_id: str, tool_call_id: str,
-    customer_ref: str,
-) -> dict[str, Any]:
+def _intent_and_hash(tool: Tool, params: dict[str, Any]) -> tuple[dict[str, Any], str]:
     intent = tool.intent(params)
     try:
-        digest = params_hash(tool.name, intent)
+        return intent, params_hash(tool.name, intent)
     except CanonicalizationError as exc:
         raise InvalidSubmission({"params": str(exc)}) from None
+
+
+def _row_values(
+    *, tool: Tool, operation_id: str, params: dict[str, Any], run_id: str, tool_call_id: str,
+    customer_ref: str, intent: dict[str, Any], digest: str,
+) -> dict[str, Any]:
     value = tool.value(params)
     return {
         "operation_id": operation_id,
@@ -129,13 +132,16 @@ def submit(
     except ValueError as exc:
         raise InvalidSubmission({"operation_id": str(exc)}) from None
     tool, params = _validated(tool_name, params, agent)
-    values = _row_values(tool=tool, operation_id=operation_id, params=params, run_id=run_id,
-                         tool_call_id=tool_call_id, customer_ref=customer_ref)
+    intent, digest = _intent_and_hash(tool, params)
     existing = selectors.operation_lookup(operation_id)
     if existing is not None:
-        # The common retry path: one indexed read, no write.
-        return _resubmitted(existing, values=values, tool=tool, agent=agent,
-                            tool_call_id=tool_call_id, execute=execute)
+        # The common retry path: one indexed read, no write (and nothing else computed).
+        return _resubmitted(
+            existing, values={"tool": tool.name, "intent_params": intent, "params_hash": digest},
+            tool=tool, agent=agent, tool_call_id=tool_call_id, execute=execute)
+    values = _row_values(tool=tool, operation_id=operation_id, params=params, run_id=run_id,
+                         tool_call_id=tool_call_id, customer_ref=customer_ref, intent=intent,
+                         digest=digest)
     worker = worker_name()
     if execute:
         operation, claim = transitions.operation_record_and_claim(

@@ -91,28 +91,33 @@ def placeholders(count: int) -> str:
 
 
 @cache
-def _converters(model: type[Model], vendor: str, alias: str) -> tuple[tuple[Any, ...], ...]:
+def _converters(model: type[Model], vendor: str, alias: str,
+                ) -> tuple[tuple[int, Any, tuple[Any, ...]], ...]:
+    """(column position, expression, converters) for the columns that have converters."""
     connection = connections[alias]
     table = model._meta.db_table
     out = []
-    for field in _concrete(model):
+    for n, field in enumerate(_concrete(model)):
         col = field.get_col(table)
-        out.append((col, *field.get_db_converters(connection),
-                    *connection.ops.get_db_converters(col)))
+        converters = (*field.get_db_converters(connection),
+                      *connection.ops.get_db_converters(col))
+        if converters:
+            out.append((n, col, converters))
     return tuple(out)
 
 
 def instance(model: type[Model], row: Sequence[Any], alias: str = "default") -> Model:
     """A model instance from a row of all concrete columns (in field order), converted as the
-    ORM would convert them."""
+    ORM would convert them (a NULL stays None, as every converter here leaves it)."""
     connection = connections[alias]
-    values = []
-    for value, (col, *converters) in zip(
-        row, _converters(model, connection.vendor, alias), strict=True
-    ):
+    values = list(row)
+    for n, col, converters in _converters(model, connection.vendor, alias):
+        value = values[n]
+        if value is None:
+            continue
         for converter in converters:
             value = converter(value, col, connection)
-        values.append(value)
+        values[n] = value
     return model.from_db(alias, None, values)  # type: ignore[arg-type]  # all columns
 
 
