@@ -174,12 +174,15 @@ def _render_plan() -> list[tuple[str, Any, str]]:
     return _plan
 
 
-def operation_resource(operation: Operation, *, request: Any = None) -> dict[str, Any]:
-    """The operation resource, exactly as OperationSerializer(operation).data renders it
-    (tests/ledger/test_efficiency.py compares them), without building a serializer."""
+def operation_resource(operation: Operation, *, request: Any = None,
+                       context: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The operation resource, exactly as OperationSerializer(operation, context=…).data
+    renders it (tests/ledger/test_efficiency.py compares them), without building a serializer.
+    A SerializerMethodField added to OperationSerializer is rendered here too, with this
+    context (plus the request)."""
     renderer = object.__new__(OperationSerializer)
     renderer.parent = None  # type: ignore[assignment]
-    renderer._context = {"request": request} if request is not None else {}
+    renderer._context = {**(context or {}), **({"request": request} if request else {})}
     out: dict[str, Any] = {}
     for name, target, kind in _render_plan():
         if kind == "method":
