@@ -316,7 +316,9 @@ def _insert_new(row: dict[str, Any], events: Sequence[_EventRow], *, now: dt.dat
     Returns the new row, or None when the operation ID was already taken."""
     row.setdefault("created_at", now)
     row.setdefault("updated_at", now)
-    fields = rows.insert_fields(Operation)
+    # A column with a database default and no value given is left to the database.
+    fields = [f for f in rows.insert_fields(Operation)
+              if f.attname in row or not f.has_db_default()]
     full = {f.attname: row[f.attname] if f.attname in row else f.get_default() for f in fields}
     insert = (
         f'INSERT INTO "{Operation._meta.db_table}" ({rows.column_list(fields)}) '
