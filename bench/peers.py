@@ -16,7 +16,10 @@ deploy/gunicorn.conf.py, then runs in every round, one after the other:
 - the ledger through HTTP (gunicorn, deploy/gunicorn.conf.py) with the sandbox over HTTP as the
   provider, fresh and replay, 1 and 16 clients (keep-alive HTTP/1.1 clients).
 
-It prints ops/s (median over rounds), p50 and p99 latency (all rounds pooled), statements per
+It prints ops/s (median over rounds), p50 and p99 latency (all rounds pooled), CPU per action
+(this process, gunicorn's workers, the DBOS peer and the PostgreSQL backends of the benchmark's
+databases, from /proc — the provider excluded; unlike ops/s it barely depends on how busy the
+machine is), statements per
 action (libpq protocol trace in this process; SQLAlchemy's cursor events inside the DBOS peer;
 through HTTP, PostgreSQL transactions per action from pg_stat_database, which for the ledger is
 the same number as every statement is its own autocommit transaction), WAL bytes per action
@@ -93,6 +96,7 @@ class Run:
     latencies: list[float]
     wall: float
     wal_bytes: int = 0
+    cpu_seconds: float = 0.0
 
     @property
     def ops_per_second(self) -> float:
@@ -115,6 +119,65 @@ class Scenario:
 
     def wal(self) -> float:
         return min(r.wal_bytes / max(len(r.latencies), 1) for r in self.runs)
+
+    def cpu_ms(self) -> float:
+        return statistics.median(r.cpu_seconds / max(len(r.latencies), 1) for r in self.runs
+                                 ) * 1000
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a process has used, from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def _group(pgid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    if int(stat.read().rsplit(")", 1)[1].split()[2]) == pgid:
+                        pids.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    return pids
+
+
+class CpuMeter:
+    """CPU used by everything an action runs on except the provider: this process (the
+    in-process peers, and the HTTP clients), gunicorn's workers, the DBOS peer and the
+    PostgreSQL backends serving the benchmark's databases. Unlike ops/s it hardly depends on
+    how busy the machine is."""
+
+    def __init__(self, monitor: Any, dbs: Sequence[str]) -> None:
+        self.monitor, self.dbs = monitor, list(dbs)
+        self.groups: list[int] = []
+        self.pids: list[int] = []
+
+    def _pids(self) -> set[int]:
+        with self.monitor.cursor() as cursor:
+            cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = ANY(%s) "
+                           "AND pid <> pg_backend_pid()", [self.dbs])
+            backends = {int(row[0]) for row in cursor.fetchall()}
+        return backends | set(self.pids) | {p for g in self.groups for p in _group(g)}
+
+    def snapshot(self) -> dict[int, float]:
+        cpu = {pid: _proc_cpu(pid) for pid in self._pids()}
+        if not self.pids:
+            cpu[0] = time.process_time()  # this process (the DBOS peer is another one)
+        return cpu
+
+    @staticmethod
+    def used(before: dict[int, float], after: dict[int, float]) -> float:
+        return sum(value - before.get(pid, 0.0) for pid, value in after.items())
 
 
 def wal_lsn(cursor: Any) -> int:
@@ -506,7 +569,7 @@ def main() -> None:
         raw = RawPeer(server_url(ledger_db), agent.pk)
         ledger = LedgerPeer(agent)
         http = HttpPeer(f"http://127.0.0.1:{port}", token)
-        report = bench(args, raw, ledger, http, dbos, [ledger_db, dbos_db])
+        report = bench(args, raw, ledger, http, dbos, [ledger_db, dbos_db], gunicorn.pid)
         print(report)
     finally:
         if dbos is not None:
@@ -524,7 +587,7 @@ def main() -> None:
 
 
 def bench(args: argparse.Namespace, raw: RawPeer, ledger: LedgerPeer, http: HttpPeer,
-          dbos: DbosPeer, dbs: list[str]) -> str:
+          dbos: DbosPeer, dbs: list[str], gunicorn_pid: int) -> str:
     import psycopg
 
     scenarios: dict[str, Scenario] = {}
@@ -533,6 +596,13 @@ def bench(args: argparse.Namespace, raw: RawPeer, ledger: LedgerPeer, http: Http
         return scenarios.setdefault(name, Scenario(name))
 
     monitor = psycopg.connect(server_url(dbs[0]), autocommit=True)
+    # The ledger's and raw psycopg's runs: this process, gunicorn, the ledger database's
+    # backends. DBOS's runs: its process and its database's backends (it polls in the
+    # background while idle, which must not be charged to the others).
+    meter = CpuMeter(monitor, dbs[:1])
+    meter.groups = [gunicorn_pid]
+    dbos_meter = CpuMeter(monitor, dbs[1:])
+    dbos_meter.pids = [dbos.process.pid]
     counter = [0]
 
     def ids(prefix: str, n: int) -> list[tuple[str, int]]:
@@ -542,9 +612,11 @@ def bench(args: argparse.Namespace, raw: RawPeer, ledger: LedgerPeer, http: Http
     def timed(name: str, threads: int, ops: Sequence[Any], action: Callable[[Any, Any], None],
               setup: Callable[[], Any], teardown: Callable[[Any], None]) -> None:
         with monitor.cursor() as cursor:
+            cpu = meter.snapshot()
             before = wal_lsn(cursor)
             run = in_threads(threads, ops, action, setup, teardown)
             run.wal_bytes = wal_lsn(cursor) - before
+            run.cpu_seconds = meter.used(cpu, meter.snapshot())
         scenario(name).runs.append(run)
 
     def close(conn: Any) -> None:
@@ -563,8 +635,11 @@ def bench(args: argparse.Namespace, raw: RawPeer, ledger: LedgerPeer, http: Http
             for cmd in ("fresh", "replay"):
                 with monitor.cursor() as cursor:
                     before = wal_lsn(cursor)
+                    cpu = dbos_meter.snapshot()
                     run, _ = dbos.run(cmd, threads, args.ops)
-                    run.wal_bytes = wal_lsn(cursor) - before  # includes the replay's setup
+                    # both include a replay run's setup (completing the workflows first)
+                    run.wal_bytes = wal_lsn(cursor) - before
+                    run.cpu_seconds = dbos_meter.used(cpu, dbos_meter.snapshot())
                 scenario(f"DBOS 3.4          {cmd:<6} {threads:>2}t").runs.append(run)
             ops = ids("led", args.ops)
             timed(f"ledger in process fresh  {threads:>2}t", threads, ops,
@@ -638,14 +713,14 @@ def bench(args: argparse.Namespace, raw: RawPeer, ledger: LedgerPeer, http: Http
     monitor.close()
 
     lines = [
-        f"{'scenario':<30} {'ops/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'stmts/op':>9} "
-        f"{'WAL B/op':>9}  counted by",
+        f"{'scenario':<30} {'ops/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/op':>10} "
+        f"{'stmts/op':>9} {'WAL B/op':>9}  statements counted by",
     ]
     for sc in scenarios.values():
         stmts = f"{sc.statements:.2f}" if sc.statements is not None else "-"
         wal = f"{sc.wal():.0f}" if sc.runs else "-"
         lines.append(f"{sc.name:<30} {sc.ops():>8.0f} {sc.pct(0.5):>8.2f} {sc.pct(0.99):>8.2f} "
-                     f"{stmts:>9} {wal:>9}  {sc.statements_how}")
+                     f"{sc.cpu_ms():>10.2f} {stmts:>9} {wal:>9}  {sc.statements_how}")
     lines.append("")
     lines.append(f"ratios (median of {args.rounds} rounds; each ratio within one round):")
     for name, values in ratios.items():
@@ -656,6 +731,12 @@ def bench(args: argparse.Namespace, raw: RawPeer, ledger: LedgerPeer, http: Http
     lines.append(f"  HTTP replay 16c: {http_replay.ops():.0f}/s (≥ 1000), "
                  f"p99 {http_replay.pct(0.99):.1f} ms (< 50)")
     lines.append(f"  HTTP fresh 16c: p99 {http_fresh.pct(0.99):.1f} ms (< 100)")
+    cores = os.cpu_count() or 1
+    lines.append(
+        f"  CPU per HTTP replay {http_replay.cpu_ms():.2f} ms, per HTTP fresh "
+        f"{http_fresh.cpu_ms():.2f} ms (gunicorn + PostgreSQL + client, not the provider): "
+        f"{cores} idle cores would serve about {cores * 1000 / http_replay.cpu_ms():.0f} "
+        f"replays/s")
     lines.append(f"machine: {os.cpu_count()} cores, load average "
                  f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end")
     return "\n".join(lines)
