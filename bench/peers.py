@@ -323,6 +323,24 @@ class InstantAdapter:
         return {}
 
 
+def use_instant_refunds() -> None:
+    """In this process the catalogue's refund tool sends through InstantAdapter (gunicorn keeps
+    the real connector, pointed at the sandbox)."""
+    import dataclasses
+
+    from ledger import tools
+    from ledger.catalogue import Catalogue
+
+    current = tools.catalogue()
+    instant = InstantAdapter()
+    versions = {
+        name: ({n: dataclasses.replace(tool, adapter=instant) for n, tool in by_version.items()}
+               if name == "refund" else by_version)
+        for name, by_version in current.versions.items()
+    }
+    tools._state = Catalogue(path=current.path, versions=versions)
+
+
 def refund_params(i: int) -> dict[str, Any]:
     return {"invoice": f"inv-{i}", "amount": 100 + i % 1000, "currency": "EUR",
             "payee": "cus_bench"}
@@ -547,23 +565,19 @@ def main() -> None:
         import logging
 
         logging.getLogger("httpx").setLevel(logging.WARNING)
-        from django.conf import settings
         from django.core.management import call_command
 
-        from ledger import providers
         from ledger.auth import agent_create
         from sandbox.testing import SandboxServer
 
         call_command("migrate", verbosity=0)
         agent, token = agent_create(name=f"bench-{tag}", tools=["refund"])
-        providers._ADAPTERS["instant"] = InstantAdapter()  # type: ignore[assignment]
-        settings.LEDGER_REFUND_PROVIDER = "instant"
+        use_instant_refunds()
 
         sandbox = SandboxServer()
         sandbox.__enter__()
         port = free_port()
-        gunicorn = start_gunicorn({**env, "SANDBOX_URL": sandbox.url,
-                                   "LEDGER_REFUND_PROVIDER": "sandbox"}, port,
+        gunicorn = start_gunicorn({**env, "SANDBOX_URL": sandbox.url}, port,
                                   workdir / "gunicorn.log")
         dbos = DbosPeer(peers_python, server_url(dbos_db))
         raw = RawPeer(server_url(ledger_db), agent.pk)

@@ -21,10 +21,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from ledger import executor
+from ledger import executor, versions
 from ledger.auth import agent_revoke, credential_cache
 from ledger.models import AgentCredential, Operation
 from ledger.serializers import OperationSerializer, operation_resource
+from ledger.tools import get_tool
 from tests.conftest import refund_params, requires_postgres, submit_body
 from tests.ledger import factories
 
@@ -96,8 +97,10 @@ def write_transactions(operation_id: str) -> int:
 
 
 def warm(api: Any) -> None:
-    """One authenticated request, so the credential is cached and last_used_at is fresh."""
+    """One authenticated request, so the credential is cached and last_used_at is fresh; the
+    process records each tool version once (its first use), not per request."""
     api.get("/api/v1/operations/warm:up")
+    versions.ensure_recorded(get_tool("refund"))
 
 
 # --- PostgreSQL: what the server receives ----------------------------------------------------
