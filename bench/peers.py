@@ -484,7 +484,8 @@ def start_gunicorn(env: dict[str, str], port: int, log: Path) -> subprocess.Pope
     import httpx
 
     process = subprocess.Popen(
-        [str(ROOT / ".venv" / "bin" / "gunicorn"), "-c", str(ROOT / "deploy" / "gunicorn.conf.py"),
+        [str(Path(sys.executable).parent / "gunicorn"), "-c",
+         str(ROOT / "deploy" / "gunicorn.conf.py"),
          "config.wsgi"],
         cwd=ROOT, env={**env, "GUNICORN_BIND": f"127.0.0.1:{port}"},
         stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
