@@ -269,6 +269,21 @@ LEDGER_RETRY_AFTER_SECONDS = env_int("LEDGER_RETRY_AFTER_SECONDS", 5)
 # made elsewhere take effect within this many seconds; in the same process at once.
 LEDGER_CREDENTIAL_CACHE_SECONDS = env_float("LEDGER_CREDENTIAL_CACHE_SECONDS", 2.0)
 LEDGER_PUBLIC_BASE_URL = env_str("LEDGER_PUBLIC_BASE_URL", "")
+# Long-poll (GET …?wait=N): first re-check after this long, then doubling up to the ceiling.
+LEDGER_LONG_POLL_FIRST_INTERVAL_SECONDS = env_float("LEDGER_LONG_POLL_FIRST_INTERVAL_SECONDS",
+                                                    0.1)
+LEDGER_LONG_POLL_INTERVAL_SECONDS = env_float("LEDGER_LONG_POLL_INTERVAL_SECONDS", 0.5)
+# Webhooks: per-attempt timeout, backoff between attempts (exponential with jitter), how long
+# a delivery is retried before it is given up (at least a day), and how long a worker's claim
+# on a delivery hides it from the sweep (longer than the timeout; a killed worker's delivery is
+# due again after it).
+LEDGER_WEBHOOK_TIMEOUT_SECONDS = env_float("LEDGER_WEBHOOK_TIMEOUT_SECONDS", 10.0)
+LEDGER_WEBHOOK_BACKOFF_BASE_SECONDS = env_float("LEDGER_WEBHOOK_BACKOFF_BASE_SECONDS", 10.0)
+LEDGER_WEBHOOK_BACKOFF_MAX_SECONDS = env_float("LEDGER_WEBHOOK_BACKOFF_MAX_SECONDS", 3600.0)
+LEDGER_WEBHOOK_RETRY_WINDOW_SECONDS = max(
+    env_int("LEDGER_WEBHOOK_RETRY_WINDOW_SECONDS", 3 * 24 * 3600), 24 * 3600)
+LEDGER_WEBHOOK_VISIBILITY_SECONDS = env_int("LEDGER_WEBHOOK_VISIBILITY_SECONDS", 60)
+LEDGER_WEBHOOK_SWEEP_BATCH_SIZE = env_int("LEDGER_WEBHOOK_SWEEP_BATCH_SIZE", 200)
 
 # --- Celery (the Celery app reads every CELERY_* name) -------------------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
@@ -360,6 +375,13 @@ CELERY_BEAT_SCHEDULE = {
     },
     "reconciliation-sweep-cases": {
         "task": "reconciliation.tasks.sweep_cases",
+        "schedule": LEDGER_SWEEP_INTERVAL_SECONDS,
+        "options": {"expires": max(LEDGER_SWEEP_INTERVAL_SECONDS, 1.0)},
+    },
+    # Webhook deliveries that are due: retries after their backoff, and any whose worker died
+    # or whose enqueue-on-commit message was lost.
+    "ledger-sweep-webhooks": {
+        "task": "ledger.tasks.sweep_webhooks",
         "schedule": LEDGER_SWEEP_INTERVAL_SECONDS,
         "options": {"expires": max(LEDGER_SWEEP_INTERVAL_SECONDS, 1.0)},
     },

@@ -17,7 +17,7 @@ from django.db.models import Field
 from django.dispatch import Signal
 from django.utils import timezone
 
-from ledger import rows
+from ledger import outbox, rows
 from ledger.models import AgentCredential, Operation, OperationEvent
 
 S = Operation.Status
@@ -98,7 +98,7 @@ def _move(
     fencing_token: int | None = None,
     fields: Mapping[str, Any] | None = None,
     data: Mapping[str, Any] | None = None,
-) -> Operation:
+) -> tuple[Operation, OperationEvent]:
     """Compare-and-set the status (and token), append the event. Caller holds a transaction."""
     from_status = operation.status
     check_transition(from_status, to_status)
@@ -113,9 +113,9 @@ def _move(
         raise _Lost()
     for name, value in values.items():
         setattr(operation, name, value)
-    _event(operation, from_status=from_status, to_status=to_status, actor=actor, reason=reason,
-           data=data)
-    return operation
+    event = _event(operation, from_status=from_status, to_status=to_status, actor=actor,
+                   reason=reason, data=data)
+    return operation, event
 
 
 class _Lost(Exception):
@@ -135,13 +135,32 @@ def _transition(
     operation: Operation | None = None,
 ) -> Operation:
     """Read (or use the caller's fresh copy), guard, compare-and-set; retry once on a lost race."""
+    return _transition_moved(
+        operation_pk, expected_from=expected_from, to_status=to_status, actor=actor,
+        reason=reason, fencing_token=fencing_token, fields=fields, data=data, operation=operation,
+    )[0]
+
+
+def _transition_moved(
+    operation_pk: int,
+    *,
+    expected_from: frozenset[str],
+    to_status: str,
+    actor: str,
+    reason: str,
+    fencing_token: int | None = None,
+    fields: Mapping[str, Any] | None = None,
+    data: Mapping[str, Any] | None = None,
+    operation: Operation | None = None,
+) -> tuple[Operation, OperationEvent | None]:
+    """_transition, also answering the event it wrote (None: it was already there)."""
     for _ in range(3):
         current = operation or Operation.objects.get(pk=operation_pk)
         operation = None
         if current.status == to_status and (
             fencing_token is None or current.fencing_token == fencing_token
         ):
-            return current  # already there: idempotent, no new event
+            return current, None  # already there: idempotent, no new event
         if current.status not in expected_from:
             if fencing_token is not None and current.fencing_token != fencing_token:
                 raise StaleFencingToken(current.operation_id)
@@ -155,6 +174,13 @@ def _transition(
     raise TransitionError(f"operation {operation_pk} kept changing under us")
 
 
+def _announce(operation: Operation, event: OperationEvent | None) -> None:
+    """The webhook outbox row for an outcome, in the transaction of the change (after the
+    signals, so the snapshot carries the case they opened or closed). Nothing if no move."""
+    if event is not None:
+        outbox.outbox_record_outcome(operation=operation, event=event)
+
+
 # --- creation and claim ------------------------------------------------------------------
 
 def operation_record_and_claim(
@@ -163,6 +189,7 @@ def operation_record_and_claim(
     values: Mapping[str, Any],
     worker: str,
     lease_seconds: int,
+    reason: str = "claimed_for_send",
 ) -> tuple[Operation, Claim | None]:
     """Insert the row already claimed (prepared → in_flight, both events) in one commit, or
     return the row that already exists.
@@ -180,7 +207,7 @@ def operation_record_and_claim(
            "key_first_sent_at": now}
     events = [
         _EventRow(None, S.PREPARED, f"agent:{agent.name}", 0, "intent_recorded"),
-        _EventRow(S.PREPARED, S.IN_FLIGHT, f"worker:{worker}", 1, "claimed_for_send"),
+        _EventRow(S.PREPARED, S.IN_FLIGHT, f"worker:{worker}", 1, reason),
     ]
     operation = _insert_new(row, events, now=now)
     if operation is None:
@@ -383,7 +410,7 @@ def _finish_new(
     reason: str,
     fields: Mapping[str, Any],
     data: Mapping[str, Any] | None,
-) -> Operation | None:
+) -> tuple[Operation, OperationEvent | None] | None:
     """The fenced outcome of a claim that created its row (so it was never unknown and has no
     case): `UPDATE … WHERE id AND status='in_flight' AND fencing_token` and the event, in one
     statement in autocommit on PostgreSQL (one transaction elsewhere). None if the update
@@ -409,18 +436,32 @@ def _finish_new(
             f'RETURNING "id"), ev AS ({events_sql})', [*params, *events_params], extra)
         moved = rows.fetchone(f'{ctes} SELECT "id" FROM moved', all_params) is not None
     else:
-        with transaction.atomic():
+        written: OperationEvent | None = None
+        with transaction.atomic(savepoint=False):  # no SAVEPOINT inside the caller's
             moved = Operation.objects.filter(
                 pk=operation.pk, status=S.IN_FLIGHT, fencing_token=fencing_token
             ).update(**values) == 1
             if moved:
-                OperationEvent.objects.create(operation_id=operation.pk, **event.values(now))
+                written = OperationEvent.objects.create(operation_id=operation.pk,
+                                                        **event.values(now))
                 _extra_in_transaction(operation.pk, extra, "moved")
     if not moved:
         return None
     for name, value in values.items():
         setattr(operation, name, value)
-    return operation
+    return operation, (written if not (connection.vendor == "postgresql"
+                                       and not connection.in_atomic_block) else None)
+
+
+def _finish_new_announced(operation: Operation, **kwargs: Any) -> Operation | None:
+    """_finish_new and the webhook outbox row (issue 8) in one transaction: the outbox needs
+    the event row, so the update and its event go out as two statements inside it."""
+    with transaction.atomic():
+        done = _finish_new(operation, **kwargs)
+        if done is None:
+            return None
+        _announce(*done)
+    return done[0]
 
 
 def operation_claim(
@@ -440,6 +481,29 @@ def operation_claim(
             return _claim(operation, worker=worker, lease_seconds=lease_seconds, reason=reason)
     except _Lost:
         return None
+
+
+def operation_heartbeat(
+    *, operation: Operation, fencing_token: int, lease_seconds: int, actor: str,
+    now: dt.datetime | None = None,
+) -> Operation:
+    """Extend the lease of the claim holding `fencing_token`.
+
+    Only a live claim is extended: once the lease has run out the lease sweeper may already
+    have made the operation unknown, and a claim is never revived (StaleFencingToken)."""
+    now = now or timezone.now()
+    expires = now + dt.timedelta(seconds=lease_seconds)
+    with transaction.atomic():
+        touched = Operation.objects.filter(
+            pk=operation.pk, status=S.IN_FLIGHT, fencing_token=fencing_token,
+            lease_expires_at__gt=now,
+        ).update(lease_expires_at=expires)
+        if touched != 1:
+            raise StaleFencingToken(operation.operation_id)
+        current = Operation.objects.get(pk=operation.pk)
+        _event(current, from_status=S.IN_FLIGHT, to_status=S.IN_FLIGHT, actor=actor,
+               reason="lease_extended", data={"lease_expires_at": expires.isoformat()})
+    return current
 
 
 # --- outcomes of a send (fenced) ---------------------------------------------------------
@@ -462,18 +526,20 @@ def operation_succeed(
     fields = _resolution_fields(
         result=dict(result), provider_request_id=provider_request_id, error_class="")
     if never_unknown and fencing_token is not None and operation.status == S.IN_FLIGHT:
-        done = _finish_new(operation, fencing_token=fencing_token, to_status=S.SUCCEEDED,
-                           actor=actor, reason=reason, fields=fields, data=data)
+        done = _finish_new_announced(
+            operation, fencing_token=fencing_token, to_status=S.SUCCEEDED, actor=actor,
+            reason=reason, fields=fields, data=data)
         if done is not None:
             return done
     expected = frozenset({S.IN_FLIGHT}) if fencing_token is not None else frozenset({S.UNKNOWN})
     with transaction.atomic():
-        resolved = _transition(
+        resolved, event = _transition_moved(
             operation.pk, expected_from=expected, to_status=S.SUCCEEDED, actor=actor,
             reason=reason, fencing_token=fencing_token, operation=operation, data=data,
             fields=fields,
         )
         operation_resolved.send(sender=Operation, operation=resolved, actor=actor, reason=reason)
+        _announce(resolved, event)
     return resolved
 
 
@@ -492,7 +558,7 @@ def operation_fail(
     check) or unknown → failed (proven absent, or a staff decision). `never_unknown` as for
     operation_succeed."""
     if never_unknown and fencing_token is not None and operation.status == S.IN_FLIGHT:
-        done = _finish_new(
+        done = _finish_new_announced(
             operation, fencing_token=fencing_token, to_status=S.FAILED, actor=actor,
             reason=reason, data=data, fields=_resolution_fields(
                 result=None, provider_request_id=None, error_class=error_class))
@@ -504,13 +570,14 @@ def operation_fail(
     else:
         expected = frozenset({from_status or S.UNKNOWN})
     with transaction.atomic():
-        resolved = _transition(
+        resolved, event = _transition_moved(
             operation.pk, expected_from=expected, to_status=S.FAILED, actor=actor, reason=reason,
             fencing_token=fencing_token, operation=operation, data=data,
             fields=_resolution_fields(result=None, provider_request_id=None,
                                       error_class=error_class),
         )
         operation_resolved.send(sender=Operation, operation=resolved, actor=actor, reason=reason)
+        _announce(resolved, event)
     return resolved
 
 
@@ -552,7 +619,7 @@ def operation_mark_unknown(
 ) -> Operation:
     """in_flight → unknown, opening a reconciliation case in the same commit."""
     with transaction.atomic():
-        unknown = _transition(
+        unknown, event = _transition_moved(
             operation.pk, expected_from=frozenset({S.IN_FLIGHT}), to_status=S.UNKNOWN,
             actor=actor, reason=reason, fencing_token=fencing_token, operation=operation,
             data=data,
@@ -561,6 +628,7 @@ def operation_mark_unknown(
         operation_became_unknown.send(
             sender=Operation, operation=unknown, reason=reason, error_class=error_class
         )
+        _announce(unknown, event)
     return unknown
 
 

@@ -22,7 +22,8 @@ def test_beat_runs_both_sweeps_and_the_unsent_sweep_at_the_sweep_interval():
     by_task = {entry["task"]: entry for entry in schedule.values()}
     assert set(by_task) == {"reconciliation.tasks.sweep_leases",
                             "reconciliation.tasks.sweep_cases",
-                            "ledger.tasks.retry_unsent_operations"}
+                            "ledger.tasks.retry_unsent_operations",
+                            "ledger.tasks.sweep_webhooks"}
     for entry in by_task.values():
         assert entry["schedule"] == settings.LEDGER_SWEEP_INTERVAL_SECONDS
         assert entry["options"]["expires"] >= settings.LEDGER_SWEEP_INTERVAL_SECONDS
