@@ -74,8 +74,10 @@ def database_from_url(url: str) -> dict[str, object]:
             "PASSWORD": unquote(parsed.password or ""),
             "HOST": parsed.hostname or "",
             "PORT": str(parsed.port or ""),
+            # Persistent connections without a `SELECT 1` before each request: a connection
+            # that broke is discarded at the end of the request that found it broken.
             "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 60),
-            "CONN_HEALTH_CHECKS": True,
+            "CONN_HEALTH_CHECKS": env_bool("DATABASE_CONN_HEALTH_CHECKS", False),
             "OPTIONS": options,
             "TEST": {"NAME": env_str("DATABASE_TEST_NAME", f"test_agent_ledger_{_TEST_SUFFIX}")},
         }
@@ -127,14 +129,17 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    "config.middleware.BrowserOnlySessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "config.middleware.BrowserOnlyAuthenticationMiddleware",
+    "config.middleware.BrowserOnlyMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "django_htmx.middleware.HtmxMiddleware",
+    "config.middleware.BrowserOnlyHtmxMiddleware",
 ]
+
+# Agents' bearer-token API calls skip the browser middleware above (the BrowserOnly wrappers
+# in config/middleware.py): no session, user, messages or htmx work.
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
@@ -261,6 +266,9 @@ LEDGER_EMAIL_FROM = env_str("LEDGER_EMAIL_FROM", "ledger@example.invalid")
 # Overrides every tool's own request timeout when set (tests shorten it).
 LEDGER_PROVIDER_TIMEOUT_SECONDS = env_float("LEDGER_PROVIDER_TIMEOUT_SECONDS", 0) or None
 LEDGER_RETRY_AFTER_SECONDS = env_int("LEDGER_RETRY_AFTER_SECONDS", 5)
+# How long a web process trusts a credential it verified (no query per request). Revocations
+# made elsewhere take effect within this many seconds; in the same process at once.
+LEDGER_CREDENTIAL_CACHE_SECONDS = env_float("LEDGER_CREDENTIAL_CACHE_SECONDS", 2.0)
 LEDGER_PUBLIC_BASE_URL = env_str("LEDGER_PUBLIC_BASE_URL", "")
 # Long-poll (GET …?wait=N): first re-check after this long, then doubling up to the ceiling.
 LEDGER_LONG_POLL_FIRST_INTERVAL_SECONDS = env_float("LEDGER_LONG_POLL_FIRST_INTERVAL_SECONDS",

@@ -25,6 +25,9 @@ from ledger.serializers import (
     RunOperationsSerializer,
     ToolListSerializer,
     ToolSerializer,
+    operation_resource,
+    operation_resources,
+    submit_fields_fast,
 )
 from ledger.tools import UnknownTool, get_tool, latest_tools
 
@@ -32,7 +35,7 @@ from ledger.tools import UnknownTool, get_tool, latest_tools
 def _resource(operation: Operation, request: Request, *, status_code: int,
               headers: dict[str, str] | None = None,
               claim: transitions.Claim | None = None) -> Response:
-    body = OperationSerializer(operation, context={"request": request, "claim": claim}).data
+    body = operation_resource(operation, request=request, context={"claim": claim})
     response = Response(body, status=status_code, headers=headers or {})
     return response
 
@@ -83,10 +86,12 @@ class OperationSubmitApi(APIView):
     )
     def post(self, request: Request) -> Response:
         body = request.data
-        serializer = OperationSubmitSerializer(data=body)
-        serializer.is_valid(raise_exception=True)
+        data: dict[str, Any] | None = submit_fields_fast(body)
+        if data is None:
+            serializer = OperationSubmitSerializer(data=body)
+            serializer.is_valid(raise_exception=True)
+            data = serializer.validated_data
         assert isinstance(body, Mapping)  # is_valid() has refused a body that is not an object
-        data: dict[str, Any] = serializer.validated_data
         try:
             submission = executor.submit(
                 agent=request_agent(request),
@@ -219,12 +224,11 @@ class RunOperationsApi(APIView):
         operations = list(selectors.operation_list_for_run(agent=request_agent(request),
                                                             run_id=run_id))
         first_unresolved = next((op for op in operations if not op.is_terminal), None)
-        context = {"request": request}
         return Response({
             "run_id": run_id,
             "count": len(operations),
-            "operations": OperationSerializer(operations, many=True, context=context).data,
-            "first_unresolved": OperationSerializer(first_unresolved, context=context).data
+            "operations": operation_resources(operations, request=request),
+            "first_unresolved": operation_resource(first_unresolved, request=request)
             if first_unresolved else None,
         })
 

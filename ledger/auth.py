@@ -6,9 +6,14 @@ import datetime as dt
 import hashlib
 import hmac
 import secrets
+import threading
+import time
 from collections.abc import Iterable
-from typing import cast
+from typing import Any, cast
 
+from django.conf import settings
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
 from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions, throttling
 from rest_framework.request import Request
@@ -51,15 +56,65 @@ def agent_revoke(*, agent: AgentCredential) -> None:
     agent.is_active = False
     agent.revoked_at = timezone.now()
     agent.save(update_fields=["is_active", "revoked_at"])
+    credential_cache.clear()
+
+
+class _CredentialCache:
+    """Credentials this process verified in the last LEDGER_CREDENTIAL_CACHE_SECONDS, by token
+    hash, so a request costs no credential query. A revocation, rotation or edit made in this
+    process clears it at once (the signals below); one made in another process takes effect
+    here within that many seconds. Only positive answers are kept: a bad token always asks."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[float, AgentCredential]] = {}
+
+    def get(self, digest: str) -> AgentCredential | None:
+        entry = self._entries.get(digest)
+        if entry is None:
+            return None
+        expires, agent = entry
+        if time.time() >= expires:
+            with self._lock:
+                self._entries.pop(digest, None)
+            return None
+        return agent
+
+    def put(self, digest: str, agent: AgentCredential) -> None:
+        ttl = float(getattr(settings, "LEDGER_CREDENTIAL_CACHE_SECONDS", 0) or 0)
+        if ttl <= 0:
+            return
+        with self._lock:
+            if len(self._entries) > 10_000:
+                self._entries.clear()
+            self._entries[digest] = (time.time() + ttl, agent)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+credential_cache = _CredentialCache()
+
+
+@receiver(post_save, sender=AgentCredential)
+@receiver(post_delete, sender=AgentCredential)
+def _forget_credentials(sender: Any, **kwargs: Any) -> None:
+    credential_cache.clear()
 
 
 def agent_for_token(raw: str) -> AgentCredential | None:
     parts = raw.split("_")
     if len(parts) < 3 or parts[0] != "al" or len(parts[1]) != TOKEN_PREFIX_LENGTH:
         return None
+    digest = hash_token(raw)
+    cached = credential_cache.get(digest)
+    if cached is not None:
+        return cached
     agent = AgentCredential.objects.filter(token_prefix=parts[1], is_active=True).first()
-    if agent is None or not hmac.compare_digest(agent.token_hash, hash_token(raw)):
+    if agent is None or not hmac.compare_digest(agent.token_hash, digest):
         return None
+    credential_cache.put(digest, agent)
     now = timezone.now()
     if agent.last_used_at is None or now - agent.last_used_at > LAST_USED_RESOLUTION:
         AgentCredential.objects.filter(pk=agent.pk).update(last_used_at=now)
@@ -101,7 +156,42 @@ def request_agent(request: Request) -> AgentCredential:
 
 
 class AgentRateThrottle(throttling.SimpleRateThrottle):
+    """N requests per period per agent, counted in a window that opens with the agent's first
+    request and closes a period later: one atomic cache increment per request (one Redis INCR
+    with CACHE_URL), where DRF's sliding log re-writes the whole request history on every call
+    (its cost grows with the rate). A burst can reach up to 2 × N across two adjacent windows."""
+
     scope = "agent"
+
+    def __init__(self) -> None:
+        super().__init__()
+        limit, period = self.parse_rate(self.rate)
+        self.limit: int | None = limit
+        self.period: int | None = period
+
+    def allow_request(self, request: Request, view: object) -> bool:
+        if self.limit is None or self.period is None:
+            return True
+        self.key = self.get_cache_key(request, view)
+        if self.key is None:
+            return True
+        self.now = self.timer()
+        if self.cache.add(self.key, 1, self.period):
+            self.cache.set(f"{self.key}:opened", self.now, self.period)
+            return True
+        try:
+            count = self.cache.incr(self.key)
+        except ValueError:  # the window closed between add() and incr()
+            self.cache.set(self.key, 1, self.period)
+            self.cache.set(f"{self.key}:opened", self.now, self.period)
+            return True
+        return count <= self.limit
+
+    def wait(self) -> float | None:
+        if self.period is None:
+            return None
+        opened = self.cache.get(f"{self.key}:opened", self.now)
+        return max(opened + self.period - self.now, 0.0)
 
     def get_cache_key(self, request: Request, view: object) -> str | None:
         if isinstance(request.user, AgentCredential):

@@ -91,15 +91,18 @@ def _validated(tool_name: str, params: Any, agent: AgentCredential,
     return tool, dict(params)
 
 
-def _row_values(
-    *, tool: Tool, operation_id: str, params: dict[str, Any], run_id: str, tool_call_id: str,
-    customer_ref: str,
-) -> dict[str, Any]:
+def _intent_and_hash(tool: Tool, params: dict[str, Any]) -> tuple[dict[str, Any], str]:
     intent = tool.intent(params)
     try:
-        digest = params_hash(tool.name, intent)
+        return intent, params_hash(tool.name, intent)
     except CanonicalizationError as exc:
         raise InvalidSubmission({"params": str(exc)}) from None
+
+
+def _row_values(
+    *, tool: Tool, operation_id: str, params: dict[str, Any], run_id: str, tool_call_id: str,
+    customer_ref: str, intent: dict[str, Any], digest: str,
+) -> dict[str, Any]:
     value = tool.value(params)
     return {
         "operation_id": operation_id,
@@ -150,19 +153,23 @@ def submit(
     if not execute and tool.withholds(params):
         raise InvalidSubmission({"execution": "params with secret fields are sent at once "
                                               "(sync): the ledger never stores them"})
-    values = _row_values(tool=tool, operation_id=operation_id, params=params, run_id=run_id,
-                         tool_call_id=tool_call_id, customer_ref=customer_ref)
+    intent, digest = _intent_and_hash(tool, params)
     if client:
         # Until the catalogue declares it, every tool may be client-executed.
         if not getattr(tool, "client_execution", True):
             raise InvalidSubmission({"execution": f"the tool {tool.name!r} may not be "
                                                   "executed by the client"})
-        values["execution"] = Operation.Execution.CLIENT
         execute = False
     if existing is not None:
-        # The common retry path: one indexed read, no write.
-        return _resubmitted(existing, values=values, tool=tool, agent=agent,
-                            tool_call_id=tool_call_id, execute=execute, params=params)
+        # The common retry path: one indexed read, no write (and nothing else computed).
+        return _resubmitted(
+            existing, values={"tool": tool.name, "intent_params": intent, "params_hash": digest},
+            tool=tool, agent=agent, tool_call_id=tool_call_id, execute=execute, params=params)
+    values = _row_values(tool=tool, operation_id=operation_id, params=params, run_id=run_id,
+                         tool_call_id=tool_call_id, customer_ref=customer_ref, intent=intent,
+                         digest=digest)
+    if client:
+        values["execution"] = Operation.Execution.CLIENT
     worker = worker_name()
     if client:
         operation, claim = transitions.operation_record_and_claim(
@@ -277,7 +284,7 @@ def persist_outcome(claim: transitions.Claim, outcome: SendOutcome, *, actor: st
     operation, token = claim.operation, claim.fencing_token
     result: Operation | None
     try:
-        result = _apply(operation, token, outcome, actor)
+        result = _apply(operation, token, outcome, actor, new=claim.new)
     except transitions.StaleFencingToken:
         return _keep_as_evidence(operation, token, outcome, actor)
     except transitions.InvalidTransition:
@@ -319,18 +326,22 @@ def _keep_as_evidence(
     return Operation.objects.get(pk=operation.pk)
 
 
-def _apply(operation: Operation, token: int, outcome: SendOutcome, actor: str) -> Operation:
+def _apply(
+    operation: Operation, token: int, outcome: SendOutcome, actor: str, *, new: bool = False
+) -> Operation:
+    """`new`: the claim created the row, so a definitive outcome is one fenced statement with
+    its event and no case to close (transitions.operation_succeed's never_unknown)."""
     data = _evidence(outcome)
     match outcome:
         case Confirmed():
             return transitions.operation_succeed(
                 operation=operation, fencing_token=token, result=outcome.result,
                 provider_request_id=outcome.provider_request_id, actor=actor,
-                reason="provider_confirmed", data=data)
+                reason="provider_confirmed", data=data, never_unknown=new)
         case Rejected():
             return transitions.operation_fail(
                 operation=operation, fencing_token=token, error_class=outcome.error_class,
-                actor=actor, reason="provider_rejected", data=data)
+                actor=actor, reason="provider_rejected", data=data, never_unknown=new)
         case NotSent():
             return transitions.operation_release(
                 operation=operation, fencing_token=token, error_class=outcome.error_class,

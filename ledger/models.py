@@ -49,9 +49,14 @@ class Operation(models.Model):
 
     TERMINAL = frozenset({Status.SUCCEEDED, Status.FAILED})
 
-    operation_id = models.CharField(max_length=200, unique=True)
-    agent = models.ForeignKey(AgentCredential, on_delete=models.PROTECT, related_name="operations")
-    run_id = models.CharField(max_length=200, blank=True, db_index=True)
+    # Indexes are few on purpose: every non-HOT update writes an entry into each of them. Each
+    # one that remains names the query it serves (Meta.constraints / Meta.indexes below).
+    operation_id = models.CharField(max_length=200)
+    # No index of its own: nothing filters by agent alone (reads are by operation ID, or by run
+    # through operation_run_idx). Credentials are revoked, never deleted.
+    agent = models.ForeignKey(AgentCredential, on_delete=models.PROTECT, related_name="operations",
+                              db_index=False)
+    run_id = models.CharField(max_length=200, blank=True)  # operation_run_idx covers it
     tool_call_ids = models.JSONField(default=list, blank=True)
     tool = models.CharField(max_length=64)
     tool_version = models.PositiveIntegerField()
@@ -74,7 +79,9 @@ class Operation(models.Model):
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
 
-    idempotency_key = models.CharField(max_length=100, unique=True)
+    # Derived from the unique operation ID (canonical.provider_idempotency_key) and never read
+    # by value, so no index: its uniqueness follows from operation_id's.
+    idempotency_key = models.CharField(max_length=100)
     key_first_sent_at = models.DateTimeField(null=True, blank=True)
     provider_request_id = models.CharField(max_length=200, blank=True)
     result = models.JSONField(null=True, blank=True)
@@ -82,9 +89,9 @@ class Operation(models.Model):
 
     value_amount = models.BigIntegerField(null=True, blank=True, help_text="Minor units.")
     value_currency = models.CharField(max_length=3, blank=True)
-    subject = models.CharField(max_length=200, blank=True, db_index=True)
+    subject = models.CharField(max_length=200, blank=True)  # admin search is icontains: no index
     customer_ref = models.CharField(max_length=200, blank=True)
-    status_token = models.CharField(max_length=64, unique=True, default=new_status_token)
+    status_token = models.CharField(max_length=64, default=new_status_token)
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -94,6 +101,12 @@ class Operation(models.Model):
     class Meta:
         ordering = ["created_at", "id"]
         constraints = [
+            # The executor's lookup (selectors.operation_lookup, operation_get_for_agent) and
+            # the race-deciding INSERT … ON CONFLICT (operation_id) DO NOTHING. A constraint,
+            # not unique=True, so PostgreSQL gets no second varchar_pattern_ops index.
+            models.UniqueConstraint(fields=["operation_id"], name="operation_operation_id_uniq"),
+            # The customer's status page (selectors.operation_get_by_status_token).
+            models.UniqueConstraint(fields=["status_token"], name="operation_status_token_uniq"),
             models.CheckConstraint(
                 condition=Q(status__in=["prepared", "in_flight", "succeeded", "failed", "unknown"]),
                 name="operation_status_valid",
@@ -107,13 +120,14 @@ class Operation(models.Model):
             ),
         ]
         indexes = [
-            # The lease sweeper: in_flight rows whose lease has expired.
+            # The lease sweeper (reconciliation.services: status=in_flight, lease_expires_at <=
+            # now) and the stuck-lease gauge (config.gauges).
             models.Index(
                 fields=["lease_expires_at"],
                 name="operation_inflight_lease_idx",
                 condition=Q(status="in_flight"),
             ),
-            # Metrics and the operator's overview: unknown rows by age.
+            # The unknown-past-SLA gauge (config.gauges: status=unknown, updated_at < …).
             models.Index(
                 fields=["updated_at"],
                 name="operation_unknown_idx",
@@ -142,6 +156,11 @@ class Operation(models.Model):
                          condition=~Q(customer_ref="")),
             models.Index(fields=["provider_request_id"], name="operation_provider_ref_idx",
                          condition=~Q(provider_request_id="")),
+            # The explorer's search by subject (one arm of its BitmapOr) and its agent filter,
+            # newest first; nothing on the agents' hot path reads these.
+            models.Index(fields=["subject"], name="operation_subject_idx",
+                         condition=~Q(subject="")),
+            models.Index(fields=["agent", "created_at", "id"], name="operation_agent_created_idx"),
         ]
 
     def __str__(self) -> str:

@@ -2,27 +2,84 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from functools import cache
+from typing import Any
 
+from django.db.models import Model, QuerySet
+from django.db.models.fields.reverse_related import OneToOneRel
+
+from ledger import rows
 from ledger.models import AgentCredential, Operation
 
 # The case summary is part of the resource: fetched with the row, not in a second query.
 _RESOURCE_RELATED = ("reconciliation_case",)
 
 
+def _resource_relations() -> list[OneToOneRel]:
+    """Reverse one-to-one relations the resource shows (the reconciliation case), found by
+    name so the ledger does not import the reconciliation app."""
+    return [rel for rel in Operation._meta.related_objects
+            if isinstance(rel, OneToOneRel) and rel.get_accessor_name() in _RESOURCE_RELATED]
+
+
+@cache
+def _lookup_sql(by_agent: bool) -> tuple[str, tuple[tuple[OneToOneRel, type[Model]], ...]]:
+    """One statement: the operation by its unique operation ID, with its case (LEFT JOIN on
+    the case's unique operation column), no ORDER BY, no LIMIT. Built once."""
+    op_fields = Operation._meta.concrete_fields
+    select = [rows.column_list(op_fields, "o.")]
+    joins = []
+    related = []
+    for n, rel in enumerate(_resource_relations()):
+        model = rel.related_model
+        assert isinstance(model, type)
+        alias = f"r{n}"
+        select.append(rows.column_list(model._meta.concrete_fields, f"{alias}."))
+        joins.append(f'LEFT JOIN "{model._meta.db_table}" {alias} '
+                     f'ON {alias}."{rel.field.column}" = o."id"')
+        related.append((rel, model))
+    where = 'o."operation_id" = %s' + (' AND o."agent_id" = %s' if by_agent else "")
+    sql = (f'SELECT {", ".join(select)} FROM "{Operation._meta.db_table}" o '
+           f'{" ".join(joins)} WHERE {where}')
+    return sql, tuple(related)
+
+
+def _lookup(operation_id: str, agent: AgentCredential | None) -> Operation | None:
+    sql, related = _lookup_sql(agent is not None)
+    params: list[Any] = [operation_id] if agent is None else [operation_id, agent.pk]
+    row = rows.fetchone(sql, params)
+    if row is None:
+        return None
+    width = rows.field_count(Operation)
+    operation = rows.instance(Operation, row[:width])
+    assert isinstance(operation, Operation)
+    for rel, model in related:
+        part = row[width:width + rows.field_count(model)]
+        width += len(part)
+        if part[0] is None:  # no case: cached as absent, so reading it costs no query
+            rel.set_cached_value(operation, None)
+        else:
+            case = rows.instance(model, part)
+            rel.set_cached_value(operation, case)
+            rel.field.set_cached_value(case, operation)
+    return operation
+
+
+def mark_without_related(operation: Operation) -> Operation:
+    """A row this process just created has no case yet: say so, so the resource built from it
+    does not ask the database."""
+    for rel in _resource_relations():
+        rel.set_cached_value(operation, None)
+    return operation
+
+
 def operation_lookup(operation_id: str) -> Operation | None:
-    return Operation.objects.select_related(*_RESOURCE_RELATED).filter(
-        operation_id=operation_id
-    ).first()
+    return _lookup(operation_id, None)
 
 
 def operation_get_for_agent(*, agent: AgentCredential, operation_id: str) -> Operation | None:
     """Another agent's operation is reported as missing, never as forbidden."""
-    return (
-        Operation.objects.select_related(*_RESOURCE_RELATED)
-        .filter(operation_id=operation_id, agent=agent)
-        .first()
-    )
+    return _lookup(operation_id, agent)
 
 
 def operation_list_for_run(*, agent: AgentCredential, run_id: str) -> QuerySet[Operation]:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
@@ -41,6 +43,49 @@ class OperationSubmitSerializer(serializers.Serializer):
             "idempotency key); the agent calls the provider itself and reports the outcome."
         ),
     )
+
+
+_SUBMIT_TEXT_FIELDS = (
+    ("operation_id", MAX_OPERATION_ID_LENGTH, True),
+    ("tool", 64, True),
+    ("run_id", 200, False),
+    ("tool_call_id", 200, False),
+    ("customer_ref", 200, False),
+)
+
+
+def submit_fields_fast(body: Any) -> dict[str, Any] | None:
+    """OperationSubmitSerializer's validated_data for a plainly valid body, without building
+    the serializer (DRF deep-copies its fields for every instance). None for anything it does
+    not accept as it stands — a missing or blank field, a number where text goes, a NUL — and
+    the caller validates with the serializer, so every error reads exactly as DRF words it
+    (tests/ledger/test_efficiency.py compares the two)."""
+    if not isinstance(body, dict) or not isinstance(body.get("params"), dict):
+        return None
+    data: dict[str, Any] = {}
+    for name, max_length, required in _SUBMIT_TEXT_FIELDS:
+        if name not in body:
+            if required:
+                return None
+            data[name] = ""
+            continue
+        value = body[name]
+        if not isinstance(value, str):
+            return None
+        value = value.strip()
+        if not value or len(value) > max_length or "\x00" in value:
+            return None
+        try:
+            value.encode("utf-8")  # lone surrogates: DRF refuses them
+        except UnicodeEncodeError:
+            return None
+        data[name] = value
+    execution = body.get("execution", "sync")
+    if execution not in ("sync", "async") or not isinstance(execution, str):
+        return None
+    data["execution"] = execution
+    data["params"] = {str(k): v for k, v in body["params"].items()}
+    return data
 
 
 class ClaimSerializer(serializers.Serializer):
@@ -145,6 +190,54 @@ class OperationSerializer(serializers.ModelSerializer):
 
     def get_url(self, obj: Operation) -> str:
         return self._absolute(reverse("api:operation-detail", args=[obj.operation_id]))
+
+
+_plan_lock = threading.Lock()
+_plan: list[tuple[str, Any, str]] | None = None
+
+
+def _render_plan() -> list[tuple[str, Any, str]]:
+    """OperationSerializer's fields, built and bound once per process (DRF builds them again
+    for every serializer instance, which costs more than rendering). Method fields are called
+    on a per-call instance that carries the request; every other field renders through its one
+    shared bound field, which holds no per-call state."""
+    global _plan
+    if _plan is None:
+        with _plan_lock:
+            if _plan is None:
+                template = OperationSerializer()
+                plan: list[tuple[str, Any, str]] = []
+                for name, field in template.fields.items():
+                    if isinstance(field, serializers.SerializerMethodField):
+                        plan.append((name, field.method_name, "method"))
+                    else:
+                        plan.append((name, field, "field"))
+                _plan = plan
+    return _plan
+
+
+def operation_resource(operation: Operation, *, request: Any = None,
+                       context: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The operation resource, exactly as OperationSerializer(operation, context=…).data
+    renders it (tests/ledger/test_efficiency.py compares them), without building a serializer.
+    A SerializerMethodField added to OperationSerializer is rendered here too, with this
+    context (plus the request)."""
+    renderer = object.__new__(OperationSerializer)
+    renderer.parent = None  # type: ignore[assignment]
+    renderer._context = {**(context or {}), **({"request": request} if request else {})}
+    out: dict[str, Any] = {}
+    for name, target, kind in _render_plan():
+        if kind == "method":
+            out[name] = getattr(renderer, target)(operation)
+            continue
+        attribute = target.get_attribute(operation)
+        out[name] = None if attribute is None else target.to_representation(attribute)
+    return out
+
+
+def operation_resources(operations: Iterable[Operation], *, request: Any = None,
+                        ) -> list[dict[str, Any]]:
+    return [operation_resource(op, request=request) for op in operations]
 
 
 class RunOperationsSerializer(serializers.Serializer):

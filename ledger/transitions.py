@@ -8,15 +8,16 @@ and either return it unchanged (it is already where we wanted it — tasks run t
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import connection, transaction
+from django.db.models import Field
 from django.dispatch import Signal
 from django.utils import timezone
 
-from ledger import outbox
+from ledger import outbox, rows
 from ledger.models import AgentCredential, Operation, OperationEvent
 
 S = Operation.Status
@@ -59,6 +60,8 @@ class StaleFencingToken(TransitionError):
 class Claim:
     operation: Operation
     fencing_token: int
+    # The claim's statement created the row: it was never unknown and has no case yet.
+    new: bool = False
 
 
 def check_transition(from_status: str | None, to_status: str) -> None:
@@ -188,42 +191,195 @@ def operation_record_and_claim(
     lease_seconds: int,
     reason: str = "claimed_for_send",
 ) -> tuple[Operation, Claim | None]:
-    """Insert a prepared row and claim it in one commit, or return the row that already exists.
+    """Insert the row already claimed (prepared → in_flight, both events) in one commit, or
+    return the row that already exists.
 
-    The INSERT is the race: on PostgreSQL a concurrent insert of the same operation ID waits for
-    the first transaction and then fails on the unique index, so exactly one caller creates (and
-    claims) the row and every other caller reads it.
+    The INSERT is the race: `INSERT … ON CONFLICT (operation_id) DO NOTHING`; on PostgreSQL a
+    concurrent insert of the same operation ID waits for the first transaction and then inserts
+    nothing, so exactly one caller creates (and claims) the row and every other caller reads it.
+    On PostgreSQL the row and its two events are one statement in autocommit (one commit, no
+    BEGIN/SAVEPOINT); elsewhere one transaction of two statements.
     """
-    with transaction.atomic():
-        try:
-            with transaction.atomic():
-                operation = Operation.objects.create(agent=agent, status=S.PREPARED, **values)
-        except IntegrityError:
-            existing = Operation.objects.select_related("agent").get(
-                operation_id=values["operation_id"]
-            )
-            return existing, None
-        _event(operation, from_status=None, to_status=S.PREPARED, actor=f"agent:{agent.name}",
-               reason="intent_recorded")
-        claim = _claim(operation, worker=worker, lease_seconds=lease_seconds, reason=reason)
-    return operation, claim
+    now = timezone.now()
+    lease = now + dt.timedelta(seconds=lease_seconds)
+    row = {**values, "agent_id": agent.pk, "status": S.IN_FLIGHT, "fencing_token": 1,
+           "attempts": 1, "lease_owner": worker, "lease_expires_at": lease, "sent_at": now,
+           "key_first_sent_at": now}
+    events = [
+        _EventRow(None, S.PREPARED, f"agent:{agent.name}", 0, "intent_recorded"),
+        _EventRow(S.PREPARED, S.IN_FLIGHT, f"worker:{worker}", 1, reason),
+    ]
+    operation = _insert_new(row, events, now=now)
+    if operation is None:
+        return _existing_row(values["operation_id"]), None
+    return operation, Claim(operation=operation, fencing_token=1, new=True)
 
 
 def operation_record(
     *, agent: AgentCredential, values: Mapping[str, Any]
 ) -> tuple[Operation, bool]:
     """Insert a prepared row (for a worker to send later), or return the existing row."""
-    with transaction.atomic():
-        try:
-            with transaction.atomic():
-                operation = Operation.objects.create(agent=agent, status=S.PREPARED, **values)
-        except IntegrityError:
-            existing = Operation.objects.select_related("agent").get(
-                operation_id=values["operation_id"])
-            return existing, False
-        _event(operation, from_status=None, to_status=S.PREPARED, actor=f"agent:{agent.name}",
-               reason="intent_recorded")
+    now = timezone.now()
+    row = {**values, "agent_id": agent.pk, "status": S.PREPARED}
+    operation = _insert_new(
+        row, [_EventRow(None, S.PREPARED, f"agent:{agent.name}", 0, "intent_recorded")], now=now)
+    if operation is None:
+        return _existing_row(values["operation_id"]), False
     return operation, True
+
+
+def _existing_row(operation_id: str) -> Operation:
+    from ledger.selectors import operation_lookup
+
+    existing = operation_lookup(operation_id)
+    if existing is None:  # cannot happen: the conflicting row is committed (or we waited)
+        raise TransitionError(f"operation {operation_id} conflicted but is not there")
+    return existing
+
+
+@dataclass(frozen=True)
+class _EventRow:
+    from_status: str | None
+    to_status: str
+    actor: str
+    fencing_token: int
+    reason: str
+    data: Mapping[str, Any] | None = None
+
+    def values(self, now: dt.datetime) -> dict[str, Any]:
+        return {"from_status": self.from_status or "", "to_status": self.to_status,
+                "actor": self.actor, "fencing_token": self.fencing_token,
+                "reason": self.reason, "data": dict(self.data or {}), "created_at": now}
+
+
+def _event_fields() -> tuple[Any, ...]:
+    """The event columns except its own id and the operation foreign key (taken from the
+    statement that wrote the operation)."""
+    fk = OperationEvent._meta.get_field("operation")
+    return tuple(f for f in rows.insert_fields(OperationEvent) if f is not fk)
+
+
+def _event_select(source: str, events: Sequence[_EventRow], now: dt.datetime,
+                  ) -> tuple[str, list[Any]]:
+    """`INSERT INTO events … SELECT <source>.id, v.* FROM <source> CROSS JOIN (VALUES …)`, the
+    events numbered so their ids follow their order."""
+    fields = _event_fields()
+    fk = OperationEvent._meta.get_field("operation")
+    names = [f"c{i}" for i in range(len(fields))]
+    params: list[Any] = []
+    tuples = []
+    for n, event in enumerate(events):
+        params.append(n)
+        params.extend(rows.insert_params_for(fields, event.values(now)))
+        tuples.append(f"({rows.placeholders(len(fields) + 1)})")
+    sql = (
+        f'INSERT INTO "{OperationEvent._meta.db_table}" '
+        f'("{fk.column}", {rows.column_list(fields)}) '
+        f'SELECT {source}."id", {", ".join("v." + n for n in names)} FROM {source} '
+        f'CROSS JOIN (VALUES {", ".join(tuples)}) AS v(n, {", ".join(names)}) ORDER BY v.n'
+    )
+    return sql, params
+
+
+@dataclass(frozen=True)
+class HotTransition:
+    """One transition written by the hot path's single statement (see register_hot_path_rows).
+    `source` names the CTE that holds the written operation row's "id"."""
+
+    operation_id: str
+    from_status: str | None
+    to_status: str
+    fencing_token: int
+    reason: str
+    source: str
+
+
+HotPathRows = Callable[[HotTransition], Sequence[tuple[str, Sequence[Any]]]]
+_hot_path_rows: list[HotPathRows] = []
+
+
+def register_hot_path_rows(hook: HotPathRows) -> None:
+    """Add rows to the hot path's commits: record-and-claim and a new claim's definitive
+    outcome, which on PostgreSQL are one statement each and send no signals.
+
+    The hook returns `[(sql, params)]` for each transition, each sql an
+    `INSERT INTO … SELECT … FROM <source>` that reads the operation's "id" from the CTE named by
+    `transition.source`. On PostgreSQL each becomes one more CTE of the same statement (so the
+    row is written only if the transition was); elsewhere it runs in the same transaction as
+    `WITH <source> AS (SELECT <id> AS "id") <sql>`. (A webhook outbox row per status change goes
+    here; the general path's transitions run inside transaction.atomic() and can write it
+    directly or from a signal receiver.)"""
+    _hot_path_rows.append(hook)
+
+
+def _extra_rows(operation_id: str, events: Sequence[_EventRow], source: str,
+                ) -> list[tuple[str, Sequence[Any]]]:
+    extra: list[tuple[str, Sequence[Any]]] = []
+    for hook in _hot_path_rows:
+        for event in events:
+            extra.extend(hook(HotTransition(operation_id, event.from_status, event.to_status,
+                                            event.fencing_token, event.reason, source)))
+    return extra
+
+
+def _with_extra(sql_ctes: str, params: list[Any], extra: Sequence[tuple[str, Sequence[Any]]],
+                ) -> tuple[str, list[Any]]:
+    for n, (sql, extra_params) in enumerate(extra):
+        sql_ctes += f", x{n} AS ({sql})"
+        params = [*params, *extra_params]
+    return sql_ctes, params
+
+
+def _extra_in_transaction(pk: int, extra: Sequence[tuple[str, Sequence[Any]]], source: str,
+                          ) -> None:
+    with connection.cursor() as cursor:
+        for sql, params in extra:
+            cursor.execute(f'WITH {source} AS (SELECT %s AS "id") {sql}', [pk, *params])
+
+
+def _insert_new(row: dict[str, Any], events: Sequence[_EventRow], *, now: dt.datetime,
+                ) -> Operation | None:
+    """Insert the operation row (unless its operation ID exists) and its events in one commit.
+    Returns the new row, or None when the operation ID was already taken."""
+    row.setdefault("created_at", now)
+    row.setdefault("updated_at", now)
+    # A column with a database default and no value given is left to the database.
+    fields = [f for f in rows.insert_fields(Operation)
+              if f.attname in row or not f.has_db_default()]
+    full = {f.attname: row[f.attname] if f.attname in row else f.get_default() for f in fields}
+    insert = (
+        f'INSERT INTO "{Operation._meta.db_table}" ({rows.column_list(fields)}) '
+        f'VALUES ({rows.placeholders(len(fields))}) ON CONFLICT ("operation_id") DO NOTHING '
+        f'RETURNING "id"'
+    )
+    params = rows.insert_params_for(fields, full)
+    extra = _extra_rows(full["operation_id"], events, "ins")
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        # One statement, one commit: the row, and its events only if the row was inserted.
+        events_sql, events_params = _event_select("ins", events, now)
+        ctes, all_params = _with_extra(f"WITH ins AS ({insert}), ev AS ({events_sql})",
+                                       [*params, *events_params], extra)
+        inserted = rows.fetchone(f'{ctes} SELECT "id" FROM ins', all_params)
+    else:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(insert, params)
+            inserted = cursor.fetchone()
+            if inserted is not None:
+                OperationEvent.objects.bulk_create([
+                    OperationEvent(operation_id=inserted[0], **event.values(now))
+                    for event in events
+                ])
+                _extra_in_transaction(inserted[0], extra, "ins")
+    if inserted is None:
+        return None
+    operation = Operation(id=inserted[0], **full)
+    operation._state.adding = False
+    operation._state.db = connection.alias
+    # Created just now: no reconciliation case can exist, so the resource need not ask.
+    for rel in Operation._meta.related_objects:
+        if rel.one_to_one:
+            rel.set_cached_value(operation, None)
+    return operation
 
 
 def _claim(operation: Operation, *, worker: str, lease_seconds: int, reason: str) -> Claim:
@@ -243,6 +399,69 @@ def _claim(operation: Operation, *, worker: str, lease_seconds: int, reason: str
         },
     )
     return Claim(operation=operation, fencing_token=operation.fencing_token)
+
+
+def _finish_new(
+    operation: Operation,
+    *,
+    fencing_token: int,
+    to_status: str,
+    actor: str,
+    reason: str,
+    fields: Mapping[str, Any],
+    data: Mapping[str, Any] | None,
+) -> tuple[Operation, OperationEvent | None] | None:
+    """The fenced outcome of a claim that created its row (so it was never unknown and has no
+    case): `UPDATE … WHERE id AND status='in_flight' AND fencing_token` and the event, in one
+    statement in autocommit on PostgreSQL (one transaction elsewhere). None if the update
+    matched nothing (stale token, a sweeper got there): the caller takes the general path."""
+    check_transition(S.IN_FLIGHT, to_status)
+    now = timezone.now()
+    values = {"status": to_status, "updated_at": now, **fields}
+    event = _EventRow(S.IN_FLIGHT, to_status, actor, fencing_token, reason, data)
+    extra = _extra_rows(operation.operation_id, [event], "moved")
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        sets: list[str] = []
+        params: list[Any] = []
+        for name, value in values.items():
+            field = Operation._meta.get_field(name)
+            assert isinstance(field, Field)
+            sets.append(f'"{field.column}" = %s')
+            params.append(field.get_db_prep_save(value, connection))
+        params += [operation.pk, fencing_token]
+        events_sql, events_params = _event_select("moved", [event], now)
+        ctes, all_params = _with_extra(
+            f'WITH moved AS (UPDATE "{Operation._meta.db_table}" SET {", ".join(sets)} '
+            f"WHERE \"id\" = %s AND \"status\" = 'in_flight' AND \"fencing_token\" = %s "
+            f'RETURNING "id"), ev AS ({events_sql})', [*params, *events_params], extra)
+        moved = rows.fetchone(f'{ctes} SELECT "id" FROM moved', all_params) is not None
+    else:
+        written: OperationEvent | None = None
+        with transaction.atomic(savepoint=False):  # no SAVEPOINT inside the caller's
+            moved = Operation.objects.filter(
+                pk=operation.pk, status=S.IN_FLIGHT, fencing_token=fencing_token
+            ).update(**values) == 1
+            if moved:
+                written = OperationEvent.objects.create(operation_id=operation.pk,
+                                                        **event.values(now))
+                _extra_in_transaction(operation.pk, extra, "moved")
+    if not moved:
+        return None
+    for name, value in values.items():
+        setattr(operation, name, value)
+    return operation, (written if not (connection.vendor == "postgresql"
+                                       and not connection.in_atomic_block) else None)
+
+
+def _finish_new_announced(operation: Operation, **kwargs: Any) -> Operation | None:
+    """_finish_new and the webhook outbox row (issue 8) in one transaction: the outbox needs
+    the event row, so the update and its event go out as two statements inside it."""
+    with transaction.atomic():
+        done = _finish_new(operation, **kwargs)
+        if done is None:
+            return None
+        _announce(*done)
+    return done[0]
 
 
 def operation_claim(
@@ -298,16 +517,26 @@ def operation_succeed(
     actor: str,
     reason: str,
     data: Mapping[str, Any] | None = None,
+    never_unknown: bool = False,
 ) -> Operation:
-    """in_flight → succeeded with the current token, or unknown → succeeded on proof/decision."""
+    """in_flight → succeeded with the current token, or unknown → succeeded on proof/decision.
+
+    `never_unknown`: the claim created the row (Claim.new), so it has no case to close and the
+    fenced update and its event go out as one statement."""
+    fields = _resolution_fields(
+        result=dict(result), provider_request_id=provider_request_id, error_class="")
+    if never_unknown and fencing_token is not None and operation.status == S.IN_FLIGHT:
+        done = _finish_new_announced(
+            operation, fencing_token=fencing_token, to_status=S.SUCCEEDED, actor=actor,
+            reason=reason, fields=fields, data=data)
+        if done is not None:
+            return done
     expected = frozenset({S.IN_FLIGHT}) if fencing_token is not None else frozenset({S.UNKNOWN})
     with transaction.atomic():
         resolved, event = _transition_moved(
             operation.pk, expected_from=expected, to_status=S.SUCCEEDED, actor=actor,
             reason=reason, fencing_token=fencing_token, operation=operation, data=data,
-            fields=_resolution_fields(
-                result=dict(result), provider_request_id=provider_request_id, error_class=""
-            ),
+            fields=fields,
         )
         operation_resolved.send(sender=Operation, operation=resolved, actor=actor, reason=reason)
         _announce(resolved, event)
@@ -323,9 +552,18 @@ def operation_fail(
     reason: str,
     from_status: str | None = None,
     data: Mapping[str, Any] | None = None,
+    never_unknown: bool = False,
 ) -> Operation:
     """in_flight → failed (definitive rejection, fenced), prepared → failed (local pre-send
-    check) or unknown → failed (proven absent, or a staff decision)."""
+    check) or unknown → failed (proven absent, or a staff decision). `never_unknown` as for
+    operation_succeed."""
+    if never_unknown and fencing_token is not None and operation.status == S.IN_FLIGHT:
+        done = _finish_new_announced(
+            operation, fencing_token=fencing_token, to_status=S.FAILED, actor=actor,
+            reason=reason, data=data, fields=_resolution_fields(
+                result=None, provider_request_id=None, error_class=error_class))
+        if done is not None:
+            return done
     expected: frozenset[str]
     if fencing_token is not None:
         expected = frozenset({S.IN_FLIGHT})

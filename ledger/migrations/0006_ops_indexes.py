@@ -6,10 +6,18 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ledger', '0004_client_execution_webhooks'),
+        ('ledger', '0005_lean_operation_indexes'),
     ]
 
     operations = [
+        migrations.AddIndex(
+            model_name='operation',
+            index=models.Index(condition=models.Q(('subject', ''), _negated=True), fields=['subject'], name='operation_subject_idx'),
+        ),
+        migrations.AddIndex(
+            model_name='operation',
+            index=models.Index(fields=['agent', 'created_at', 'id'], name='operation_agent_created_idx'),
+        ),
         migrations.AddIndex(
             model_name='operation',
             index=models.Index(condition=models.Q(('status__in', ['prepared', 'in_flight', 'unknown'])), fields=['status', 'tool', 'provider'], name='operation_unresolved_idx'),

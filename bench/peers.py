@@ -1,0 +1,761 @@
+"""The ledger against its peers, side by side, interleaved in rounds (issue 10).
+
+    .venv/bin/python bench/peers.py [--rounds 5] [--ops 200] [--http-ops 400]
+
+One command. It creates bench/.venv-peers (dbos 3.4 and psycopg, never the service's
+environment) on first use, two throwaway PostgreSQL databases on the server of DATABASE_URL
+(default postgres://postgres@127.0.0.1:5432/…), a sandbox provider process and gunicorn with
+deploy/gunicorn.conf.py, then runs in every round, one after the other:
+
+- raw psycopg doing the ledger's statements (the lookup, the insert already claimed with its
+  events, the fenced outcome with its event; a replay is the lookup), 1 and 8 threads;
+- DBOS 3.4 in its own process and venv: a workflow with one no-op step, and a replay of a
+  completed workflow ID, 1 and 8 threads;
+- the ledger in this process (executor.submit) with an instant provider adapter, fresh and
+  replay, 1 and 8 threads;
+- the ledger through HTTP (gunicorn, deploy/gunicorn.conf.py) with the sandbox over HTTP as the
+  provider, fresh and replay, 1 and 16 clients (keep-alive HTTP/1.1 clients).
+
+It prints ops/s (median over rounds), p50 and p99 latency (all rounds pooled), CPU per action
+(this process, gunicorn's workers, the DBOS peer and the PostgreSQL backends of the benchmark's
+databases, from /proc — the provider excluded; unlike ops/s it barely depends on how busy the
+machine is), statements per
+action (libpq protocol trace in this process; SQLAlchemy's cursor events inside the DBOS peer;
+through HTTP, PostgreSQL transactions per action from pg_stat_database, which for the ledger is
+the same number as every statement is its own autocommit transaction), WAL bytes per action
+(pg_current_wal_lsn before and after each run; cluster-wide, so other users of the server add
+to it: the smallest round is shown), and the ratios issue 10 asks for, each computed within a
+round and reported as the median over rounds. Only ratios are meaningful on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse, urlunparse
+
+ROOT = Path(__file__).resolve().parent.parent
+PEERS_VENV = ROOT / "bench" / ".venv-peers"
+PEERS_REQUIREMENTS = ["dbos==3.4.*", "psycopg[binary]==3.3.*"]
+sys.path.insert(0, str(ROOT))
+
+
+# --- environment ---------------------------------------------------------------------------
+
+def ensure_peers_venv() -> Path:
+    python = PEERS_VENV / "bin" / "python"
+    if not python.exists():
+        print(f"creating {PEERS_VENV.relative_to(ROOT)} ({', '.join(PEERS_REQUIREMENTS)})")
+        base = shutil.which("python3") or sys.executable
+        subprocess.run([base, "-m", "venv", str(PEERS_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *PEERS_REQUIREMENTS],
+                       check=True)
+    return python
+
+
+def server_url(database: str) -> str:
+    base = os.environ.get("DATABASE_URL", "") or "postgres://postgres@127.0.0.1:5432/agent_ledger"
+    parsed = urlparse(base)
+    if parsed.scheme not in {"postgres", "postgresql"}:
+        sys.exit("bench/peers.py needs PostgreSQL (DATABASE_URL=postgres://…)")
+    return urlunparse(parsed._replace(path=f"/{database}", scheme="postgresql"))
+
+
+def admin(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(server_url("postgres"), autocommit=True) as conn:
+        conn.execute(sql)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+# --- measurement ---------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    latencies: list[float]
+    wall: float
+    wal_bytes: int = 0
+    cpu_seconds: float = 0.0
+
+    @property
+    def ops_per_second(self) -> float:
+        return len(self.latencies) / self.wall if self.wall else 0.0
+
+
+@dataclass
+class Scenario:
+    name: str
+    runs: list[Run] = field(default_factory=list)
+    statements: float | None = None
+    statements_how: str = ""
+
+    def ops(self) -> float:
+        return statistics.median(r.ops_per_second for r in self.runs)
+
+    def pct(self, q: float) -> float:
+        pooled = sorted(x for r in self.runs for x in r.latencies)
+        return pooled[min(len(pooled) - 1, int(q * len(pooled)))] * 1000
+
+    def wal(self) -> float:
+        return min(r.wal_bytes / max(len(r.latencies), 1) for r in self.runs)
+
+    def cpu_ms(self) -> float:
+        return statistics.median(r.cpu_seconds / max(len(r.latencies), 1) for r in self.runs
+                                 ) * 1000
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a process has used, from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def _group(pgid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    if int(stat.read().rsplit(")", 1)[1].split()[2]) == pgid:
+                        pids.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                continue
+    return pids
+
+
+class CpuMeter:
+    """CPU used by everything an action runs on except the provider: this process (the
+    in-process peers, and the HTTP clients), gunicorn's workers, the DBOS peer and the
+    PostgreSQL backends serving the benchmark's databases. Unlike ops/s it hardly depends on
+    how busy the machine is."""
+
+    def __init__(self, monitor: Any, dbs: Sequence[str]) -> None:
+        self.monitor, self.dbs = monitor, list(dbs)
+        self.groups: list[int] = []
+        self.pids: list[int] = []
+
+    def _pids(self) -> set[int]:
+        with self.monitor.cursor() as cursor:
+            cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = ANY(%s) "
+                           "AND pid <> pg_backend_pid()", [self.dbs])
+            backends = {int(row[0]) for row in cursor.fetchall()}
+        return backends | set(self.pids) | {p for g in self.groups for p in _group(g)}
+
+    def snapshot(self) -> dict[int, float]:
+        cpu = {pid: _proc_cpu(pid) for pid in self._pids()}
+        if not self.pids:
+            cpu[0] = time.process_time()  # this process (the DBOS peer is another one)
+        return cpu
+
+    @staticmethod
+    def used(before: dict[int, float], after: dict[int, float]) -> float:
+        return sum(value - before.get(pid, 0.0) for pid, value in after.items())
+
+
+def wal_lsn(cursor: Any) -> int:
+    cursor.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn")
+    return int(cursor.fetchone()[0])
+
+
+def in_threads(threads: int, items: Sequence[Any], action: Callable[[Any, Any], None],
+               setup: Callable[[], Any], teardown: Callable[[Any], None]) -> Run:
+    """Run action(state, item) over items from `threads` threads, each with its own state
+    (connection) made before the clock starts."""
+    chunks = [items[i::threads] for i in range(threads)]
+    latencies: list[list[float]] = [[] for _ in range(threads)]
+    barrier = threading.Barrier(threads + 1)
+    errors: list[BaseException] = []
+
+    def worker(n: int) -> None:
+        state = setup()
+        try:
+            barrier.wait()
+            for item in chunks[n]:
+                started = time.perf_counter()
+                action(state, item)
+                latencies[n].append(time.perf_counter() - started)
+        except BaseException as exc:  # reported after the run
+            errors.append(exc)
+        finally:
+            teardown(state)
+
+    pool = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
+    for t in pool:
+        t.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for t in pool:
+        t.join()
+    wall = time.perf_counter() - started
+    if errors:
+        raise errors[0]
+    return Run([x for chunk in latencies for x in chunk], wall)
+
+
+# --- raw psycopg: the ledger's statements, by hand -----------------------------------------
+
+RAW_INSERT = """
+WITH ins AS (
+  INSERT INTO ledger_operation (operation_id, agent_id, run_id, tool_call_ids, tool,
+    tool_version, provider, intent_params, params, params_hash, status, attempts, fencing_token,
+    lease_owner, lease_expires_at, idempotency_key, key_first_sent_at, provider_request_id,
+    result, error_class, value_amount, value_currency, subject, customer_ref, status_token,
+    created_at, updated_at, sent_at, resolved_at)
+  VALUES (%(op)s, %(agent)s, '', '[]', 'refund', 1, 'instant', %(intent)s, %(intent)s,
+    %(hash)s, 'in_flight', 1, 1, 'raw', now() + interval '60 seconds', %(key)s, now(), '',
+    NULL, '', %(amount)s, 'EUR', %(subject)s, '', %(token)s, now(), now(), now(), NULL)
+  ON CONFLICT (operation_id) DO NOTHING RETURNING id
+), ev AS (
+  INSERT INTO ledger_operationevent (operation_id, from_status, to_status, actor,
+    fencing_token, reason, data, created_at)
+  SELECT ins.id, v.f, v.t, v.a, v.k, v.r, '{}'::jsonb, now() FROM ins CROSS JOIN (VALUES
+    (0, '', 'prepared', 'agent:raw', 0, 'intent_recorded'),
+    (1, 'prepared', 'in_flight', 'worker:raw', 1, 'claimed_for_send')) AS v(n, f, t, a, k, r)
+  ORDER BY v.n
+) SELECT id FROM ins
+"""
+
+RAW_FINISH = """
+WITH moved AS (
+  UPDATE ledger_operation SET status = 'succeeded', updated_at = now(), result = %(result)s,
+    provider_request_id = %(ref)s, error_class = '', resolved_at = now(), lease_owner = '',
+    lease_expires_at = NULL
+  WHERE id = %(id)s AND status = 'in_flight' AND fencing_token = 1 RETURNING id
+), ev AS (
+  INSERT INTO ledger_operationevent (operation_id, from_status, to_status, actor,
+    fencing_token, reason, data, created_at)
+  SELECT moved.id, 'in_flight', 'succeeded', 'worker:raw', 1, 'provider_confirmed',
+    '{}'::jsonb, now() FROM moved
+) SELECT id FROM moved
+"""
+
+
+def raw_sql() -> tuple[str, str, str]:
+    from ledger.selectors import _lookup_sql
+
+    return _lookup_sql(False)[0], RAW_INSERT, RAW_FINISH
+
+
+class RawPeer:
+    def __init__(self, dsn: str, agent_id: int) -> None:
+        self.dsn, self.agent_id = dsn, agent_id
+        self.lookup, self.insert, self.finish = raw_sql()
+
+    def connect(self) -> Any:
+        import psycopg
+
+        return psycopg.connect(self.dsn, autocommit=True)
+
+    def fresh(self, conn: Any, item: tuple[str, int]) -> None:
+        import hashlib
+
+        from psycopg.types.json import Jsonb
+
+        op = item[0]
+        if conn.execute(self.lookup, [op]).fetchone() is not None:
+            raise AssertionError("fresh ID exists")
+        digest = hashlib.sha256(op.encode()).hexdigest()
+        row = conn.execute(self.insert, {
+            "op": op, "agent": self.agent_id, "intent": Jsonb({"invoice": op, "amount": 100}),
+            "hash": f"sha256:{digest}", "key": f"al_{digest[:40]}", "amount": 100,
+            "subject": op[:200], "token": uuid.uuid4().hex}).fetchone()
+        # the instant provider answers here
+        conn.execute(self.finish, {"id": row[0], "result": Jsonb({"id": f"re_{digest[:12]}"}),
+                                   "ref": f"re_{digest[:12]}"}).fetchone()
+
+    def replay(self, conn: Any, item: tuple[str, int]) -> None:
+        if conn.execute(self.lookup, [item[0]]).fetchone() is None:
+            raise AssertionError("replay ID missing")
+
+
+# --- the ledger in this process ------------------------------------------------------------
+
+class InstantAdapter:
+    """A provider that confirms at once: the ledger's own cost, without a provider's."""
+
+    name = "instant"
+
+    def __init__(self) -> None:
+        from ledger.providers.base import Capabilities
+
+        self.capabilities = Capabilities(
+            honours_idempotency_keys=True, key_retention_seconds=86400,
+            lookup_by_request_id=False, lookup_by_key=False, lookup_by_reference=False,
+            lookup_consistency_seconds=0.0, authoritative_absence=False)
+
+    def send(self, operation: Any, *, key: str, timeout: float) -> Any:
+        from ledger.providers.base import Confirmed
+
+        return Confirmed(result={"id": f"re_{key[3:15]}"}, provider_request_id=f"re_{key[3:15]}")
+
+    def lookup(self, operation: Any, *, timeout: float) -> Any:
+        raise NotImplementedError
+
+    def lookup_query(self, operation: Any) -> dict[str, str]:
+        return {}
+
+
+def use_instant_refunds() -> None:
+    """In this process the catalogue's refund tool sends through InstantAdapter (gunicorn keeps
+    the real connector, pointed at the sandbox)."""
+    import dataclasses
+
+    from ledger import tools
+    from ledger.catalogue import Catalogue
+
+    current = tools.catalogue()
+    instant = InstantAdapter()
+    versions = {
+        name: ({n: dataclasses.replace(tool, adapter=instant) for n, tool in by_version.items()}
+               if name == "refund" else by_version)
+        for name, by_version in current.versions.items()
+    }
+    tools._state = Catalogue(path=current.path, versions=versions)
+
+
+def refund_params(i: int) -> dict[str, Any]:
+    return {"invoice": f"inv-{i}", "amount": 100 + i % 1000, "currency": "EUR",
+            "payee": "cus_bench"}
+
+
+class LedgerPeer:
+    def __init__(self, agent: Any) -> None:
+        self.agent = agent
+
+    @staticmethod
+    def connect() -> None:
+        from django.db import connection
+
+        connection.ensure_connection()
+
+    @staticmethod
+    def close(_: Any) -> None:
+        from django.db import connection
+
+        connection.close()
+
+    def _submit(self, item: tuple[str, int], expect: str) -> None:
+        from ledger import executor
+
+        op, i = item
+        submission = executor.submit(agent=self.agent, operation_id=op, tool_name="refund",
+                                     params=refund_params(i))
+        if submission.disposition.value != expect:
+            raise AssertionError(f"{op}: {submission.disposition} instead of {expect}")
+
+    def fresh(self, _: Any, item: tuple[str, int]) -> None:
+        self._submit(item, "created")
+
+    def replay(self, _: Any, item: tuple[str, int]) -> None:
+        self._submit(item, "replayed")
+
+
+def traced_statements(action: Callable[[], None]) -> int:
+    """Statements the server receives from this thread's Django connection during action()."""
+    from django.db import connection
+    from psycopg import pq
+
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    with tempfile.TemporaryFile("w+") as log:
+        pgconn.trace(log.fileno())
+        pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            action()
+        finally:
+            pgconn.untrace()
+        log.seek(0)
+        return sum(1 for line in log
+                   if line.split("\t")[:1] == ["F"] and len(line.split("\t")) > 2
+                   and line.split("\t")[2] in {"Query", "Execute"})
+
+
+def traced_raw(conn: Any, action: Callable[[], None]) -> int:
+    from psycopg import pq
+
+    with tempfile.TemporaryFile("w+") as log:
+        conn.pgconn.trace(log.fileno())
+        conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            action()
+        finally:
+            conn.pgconn.untrace()
+        log.seek(0)
+        return sum(1 for line in log if len(line.split("\t")) > 2 and line.split("\t")[0] == "F"
+                   and line.split("\t")[2] in {"Query", "Execute"})
+
+
+# --- DBOS in its own venv and process --------------------------------------------------------
+
+class DbosPeer:
+    def __init__(self, python: Path, dsn: str) -> None:
+        self.process = subprocess.Popen(
+            [str(python), str(ROOT / "bench" / "peers_dbos.py")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env={**os.environ, "PEERS_DBOS_URL": dsn, "PYTHONUNBUFFERED": "1"})
+        assert json.loads(self._line())["ready"]
+
+    def _line(self) -> str:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError("the DBOS peer exited")
+        return line
+
+    def run(self, cmd: str, threads: int, ops: int) -> tuple[Run, dict[str, int]]:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"cmd": cmd, "threads": threads, "ops": ops,
+                                             "prefix": uuid.uuid4().hex}) + "\n")
+        self.process.stdin.flush()
+        out = json.loads(self._line())
+        return Run(out["latencies"], out["wall"]), {"statements": out["statements"],
+                                                    "commits": out["commits"]}
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            assert self.process.stdin is not None
+            self.process.stdin.write('{"cmd": "quit"}\n')
+            self.process.stdin.flush()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+# --- the ledger over HTTP --------------------------------------------------------------------
+
+class HttpPeer:
+    def __init__(self, base: str, token: str) -> None:
+        self.base, self.token = base, token
+
+    def connect(self) -> Any:
+        import httpx
+
+        return httpx.Client(base_url=self.base, timeout=30.0,
+                            headers={"Authorization": f"Bearer {self.token}"})
+
+    @staticmethod
+    def close(client: Any) -> None:
+        client.close()
+
+    def _post(self, client: Any, item: tuple[str, int], expect: int) -> None:
+        op, i = item
+        response = client.post("/api/v1/operations", json={
+            "operation_id": op, "tool": "refund", "params": refund_params(i)})
+        if response.status_code != expect:
+            raise AssertionError(f"{op}: HTTP {response.status_code} {response.text[:200]}")
+
+    def fresh(self, client: Any, item: tuple[str, int]) -> None:
+        self._post(client, item, 201)
+
+    def replay(self, client: Any, item: tuple[str, int]) -> None:
+        self._post(client, item, 200)
+
+
+def start_gunicorn(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
+    import httpx
+
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "gunicorn"), "-c",
+         str(ROOT / "deploy" / "gunicorn.conf.py"),
+         "config.wsgi"],
+        cwd=ROOT, env={**env, "GUNICORN_BIND": f"127.0.0.1:{port}"},
+        stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    process.kill()
+    raise RuntimeError(f"gunicorn did not start; see {log}")
+
+
+def stop_group(process: subprocess.Popen[bytes]) -> None:
+    import signal
+
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def server_transactions(dbs: Sequence[str], run: Callable[[], int]) -> float:
+    """PostgreSQL transactions committed in our databases per action, from pg_stat_database.
+    Other backends flush their counters when idle within ~10 s, so this waits that out."""
+    import psycopg
+
+    def total() -> int:
+        with psycopg.connect(server_url("postgres"), autocommit=True) as conn:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = conn.execute("SELECT sum(xact_commit) FROM pg_stat_database "
+                               "WHERE datname = ANY(%s)", [list(dbs)]).fetchone()
+            return int(row[0] or 0)
+
+    time.sleep(11)
+    before = total()
+    actions = run()
+    time.sleep(11)
+    after = total()
+    return (after - before - 2) / actions  # our two reads of the counter
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--ops", type=int, default=200, help="actions per in-process run")
+    parser.add_argument("--http-ops", type=int, default=400, help="actions per HTTP run")
+    parser.add_argument("--skip-server-counts", action="store_true",
+                        help="skip the (slow, ~90 s) pg_stat_database transaction counts")
+    args = parser.parse_args()
+
+    peers_python = ensure_peers_venv()
+    tag = f"{os.getpid()}_{int(time.time())}"
+    ledger_db, dbos_db = f"bench_peers_{tag}", f"bench_peers_{tag}_dbos"
+    admin(f'CREATE DATABASE "{ledger_db}"')
+    admin(f'CREATE DATABASE "{dbos_db}"')
+    workdir = Path(tempfile.mkdtemp(prefix="ledger-peers-"))
+    env = {
+        **os.environ,
+        "DATABASE_URL": server_url(ledger_db).replace("postgresql://", "postgres://", 1),
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "LEDGER_VAR_DIR": str(workdir),
+        "LEDGER_AGENT_RATE": "100000000/min",  # the benchmark measures the ledger, not the throttle
+        "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+    }
+    os.environ.update(env)
+    dbos = gunicorn = sandbox = None
+    try:
+        import django
+
+        django.setup()
+        import logging
+
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        from django.core.management import call_command
+
+        from ledger.auth import agent_create
+        from sandbox.testing import SandboxServer
+
+        call_command("migrate", verbosity=0)
+        agent, token = agent_create(name=f"bench-{tag}", tools=["refund"])
+        use_instant_refunds()
+
+        sandbox = SandboxServer()
+        sandbox.__enter__()
+        port = free_port()
+        gunicorn = start_gunicorn({**env, "SANDBOX_URL": sandbox.url}, port,
+                                  workdir / "gunicorn.log")
+        dbos = DbosPeer(peers_python, server_url(dbos_db))
+        raw = RawPeer(server_url(ledger_db), agent.pk)
+        ledger = LedgerPeer(agent)
+        http = HttpPeer(f"http://127.0.0.1:{port}", token)
+        report = bench(args, raw, ledger, http, dbos, [ledger_db, dbos_db], gunicorn.pid)
+        print(report)
+    finally:
+        if dbos is not None:
+            dbos.close()
+        if gunicorn is not None:
+            stop_group(gunicorn)
+        if sandbox is not None:
+            sandbox.__exit__(None, None, None)
+        from django.db import connections
+
+        connections.close_all()
+        for db in (ledger_db, dbos_db):
+            admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def bench(args: argparse.Namespace, raw: RawPeer, ledger: LedgerPeer, http: HttpPeer,
+          dbos: DbosPeer, dbs: list[str], gunicorn_pid: int) -> str:
+    import psycopg
+
+    scenarios: dict[str, Scenario] = {}
+
+    def scenario(name: str) -> Scenario:
+        return scenarios.setdefault(name, Scenario(name))
+
+    monitor = psycopg.connect(server_url(dbs[0]), autocommit=True)
+    # The ledger's and raw psycopg's runs: this process, gunicorn, the ledger database's
+    # backends. DBOS's runs: its process and its database's backends (it polls in the
+    # background while idle, which must not be charged to the others).
+    meter = CpuMeter(monitor, dbs[:1])
+    meter.groups = [gunicorn_pid]
+    dbos_meter = CpuMeter(monitor, dbs[1:])
+    dbos_meter.pids = [dbos.process.pid]
+    counter = [0]
+
+    def ids(prefix: str, n: int) -> list[tuple[str, int]]:
+        counter[0] += 1
+        return [(f"bench:{prefix}{counter[0]}:refund-{i}:v1", i) for i in range(n)]
+
+    def timed(name: str, threads: int, ops: Sequence[Any], action: Callable[[Any, Any], None],
+              setup: Callable[[], Any], teardown: Callable[[Any], None]) -> None:
+        with monitor.cursor() as cursor:
+            cpu = meter.snapshot()
+            before = wal_lsn(cursor)
+            run = in_threads(threads, ops, action, setup, teardown)
+            run.wal_bytes = wal_lsn(cursor) - before
+            run.cpu_seconds = meter.used(cpu, meter.snapshot())
+        scenario(name).runs.append(run)
+
+    def close(conn: Any) -> None:
+        conn.close()
+
+    ratios: dict[str, list[float]] = {}
+
+    for round_no in range(1, args.rounds + 1):
+        print(f"round {round_no}/{args.rounds}", file=sys.stderr, flush=True)
+        for threads in (1, 8):
+            ops = ids("raw", args.ops)
+            timed(f"psycopg raw       fresh  {threads:>2}t", threads, ops,
+                  raw.fresh, raw.connect, close)
+            timed(f"psycopg raw       replay {threads:>2}t", threads, ops,
+                  raw.replay, raw.connect, close)
+            for cmd in ("fresh", "replay"):
+                with monitor.cursor() as cursor:
+                    before = wal_lsn(cursor)
+                    cpu = dbos_meter.snapshot()
+                    run, _ = dbos.run(cmd, threads, args.ops)
+                    # both include a replay run's setup (completing the workflows first)
+                    run.wal_bytes = wal_lsn(cursor) - before
+                    run.cpu_seconds = dbos_meter.used(cpu, dbos_meter.snapshot())
+                scenario(f"DBOS 3.4          {cmd:<6} {threads:>2}t").runs.append(run)
+            ops = ids("led", args.ops)
+            timed(f"ledger in process fresh  {threads:>2}t", threads, ops,
+                  ledger.fresh, ledger.connect, ledger.close)
+            timed(f"ledger in process replay {threads:>2}t", threads, ops,
+                  ledger.replay, ledger.connect, ledger.close)
+        for clients in (1, 16):
+            ops = ids("http", args.http_ops if clients > 1 else args.http_ops // 4)
+            timed(f"ledger HTTP       fresh  {clients:>2}c", clients, ops,
+                  http.fresh, http.connect, http.close)
+            timed(f"ledger HTTP       replay {clients:>2}c", clients, ops,
+                  http.replay, http.connect, http.close)
+
+        def last(name: str) -> Run:
+            return scenarios[name].runs[-1]
+
+        for t in (1, 8):
+            fresh = last(f"ledger in process fresh  {t:>2}t").ops_per_second
+            ratios.setdefault(f"in process fresh {t}t: ledger / DBOS   (≥ 3)", []).append(
+                fresh / last(f"DBOS 3.4          fresh  {t:>2}t").ops_per_second)
+            ratios.setdefault(f"in process fresh {t}t: ledger / raw    (≥ 0.5)", []).append(
+                fresh / last(f"psycopg raw       fresh  {t:>2}t").ops_per_second)
+            ratios.setdefault(f"in process replay {t}t: ledger / raw   (≥ 0.5)", []).append(
+                last(f"ledger in process replay {t:>2}t").ops_per_second
+                / last(f"psycopg raw       replay {t:>2}t").ops_per_second)
+        ratios.setdefault("HTTP fresh 16c / DBOS in process fresh 8t (> 1)", []).append(
+            last("ledger HTTP       fresh  16c").ops_per_second
+            / last("DBOS 3.4          fresh   8t").ops_per_second)
+
+    # Statements per action.
+    from django.db import connection
+
+    sample = ids("count", 1)[0]
+    fresh_n = traced_statements(lambda: ledger.fresh(None, sample))
+    replay_n = traced_statements(lambda: ledger.replay(None, sample))
+    for name, sc in scenarios.items():
+        if name.startswith("ledger in process"):
+            sc.statements = fresh_n if "fresh" in name else replay_n
+            sc.statements_how = "libpq trace"
+    connection.close()
+    conn = raw.connect()
+    sample = ids("count", 1)[0]
+    fresh_n = traced_raw(conn, lambda: raw.fresh(conn, sample))
+    replay_n = traced_raw(conn, lambda: raw.replay(conn, sample))
+    conn.close()
+    for name, sc in scenarios.items():
+        if name.startswith("psycopg raw"):
+            sc.statements, sc.statements_how = (fresh_n if "fresh" in name else replay_n,
+                                                "libpq trace")
+    for cmd in ("fresh", "replay"):
+        _, counts = dbos.run(cmd, 1, 20)
+        for name, sc in scenarios.items():
+            if name.startswith("DBOS") and cmd in name:
+                sc.statements = counts["statements"] / 20
+                sc.statements_how = f"SQLAlchemy, {counts['commits'] / 20:.1f} commits"
+    if not args.skip_server_counts:
+        for cmd in ("fresh", "replay"):
+            ops = ids("xact", 50)
+            if cmd == "replay":
+                in_threads(1, ops, http.fresh, http.connect, http.close)
+
+            def run_http(ops: list[tuple[str, int]] = ops, cmd: str = cmd) -> int:
+                in_threads(1, ops, getattr(http, cmd), http.connect, http.close)
+                return len(ops)
+
+            # The ledger's database only: DBOS's idle peer polls its own in the background.
+            per_action = server_transactions(dbs[:1], run_http)
+            for name, sc in scenarios.items():
+                if name.startswith("ledger HTTP") and cmd in name:
+                    sc.statements, sc.statements_how = per_action, "pg_stat_database xacts"
+    monitor.close()
+
+    lines = [
+        f"{'scenario':<30} {'ops/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/op':>10} "
+        f"{'stmts/op':>9} {'WAL B/op':>9}  statements counted by",
+    ]
+    for sc in scenarios.values():
+        stmts = f"{sc.statements:.2f}" if sc.statements is not None else "-"
+        wal = f"{sc.wal():.0f}" if sc.runs else "-"
+        lines.append(f"{sc.name:<30} {sc.ops():>8.0f} {sc.pct(0.5):>8.2f} {sc.pct(0.99):>8.2f} "
+                     f"{sc.cpu_ms():>10.2f} {stmts:>9} {wal:>9}  {sc.statements_how}")
+    lines.append("")
+    lines.append(f"ratios (median of {args.rounds} rounds; each ratio within one round):")
+    for name, values in ratios.items():
+        lines.append(f"  {name:<52} {statistics.median(values):6.2f}   "
+                     f"(rounds: {', '.join(f'{v:.2f}' for v in values)})")
+    http_replay = scenarios["ledger HTTP       replay 16c"]
+    http_fresh = scenarios["ledger HTTP       fresh  16c"]
+    lines.append(f"  HTTP replay 16c: {http_replay.ops():.0f}/s (≥ 1000), "
+                 f"p99 {http_replay.pct(0.99):.1f} ms (< 50)")
+    lines.append(f"  HTTP fresh 16c: p99 {http_fresh.pct(0.99):.1f} ms (< 100)")
+    cores = os.cpu_count() or 1
+    lines.append(
+        f"  CPU per HTTP replay {http_replay.cpu_ms():.2f} ms, per HTTP fresh "
+        f"{http_fresh.cpu_ms():.2f} ms (gunicorn + PostgreSQL + client, not the provider): "
+        f"{cores} idle cores would serve about {cores * 1000 / http_replay.cpu_ms():.0f} "
+        f"replays/s")
+    lines.append(f"machine: {os.cpu_count()} cores, load average "
+                 f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""Hand-written SQL for the executor's hot path, built once from the models' own metadata.
+
+The ORM costs more CPU building and compiling a statement than the database spends running it,
+and it cannot put an INSERT and its event INSERT into one statement. The few statements on the
+hot path (selectors.operation_lookup, transitions.operation_record_and_claim and the fenced
+outcome) are therefore written here, from the fields Django knows about, so a column added by a
+migration is picked up without touching this file. Values still go through each field's
+get_db_prep_save() and come back through the same converters the ORM applies.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from functools import cache
+from typing import Any
+
+from django.db import connections
+from django.db.models import Field, Model
+
+ONLY_EXPLICIT = 2**31 - 1
+
+
+def fetchone(sql: str, params: Sequence[Any], alias: str = "default") -> tuple[Any, ...] | None:
+    """Run one hot-path statement and return its first row.
+
+    On PostgreSQL it goes out as a named prepared statement with server-side parameters
+    (psycopg's `prepare=True`), so the server parses and plans it once per connection instead
+    of once per call — Django's own cursors send literal SQL. The statement text is fixed per
+    process (built once from the models), so a connection holds a handful of them. It still
+    goes through Django's error translation and query log (CaptureQueriesContext sees it).
+    Elsewhere Django's cursor."""
+    connection = connections[alias]
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchone()
+    import psycopg
+
+    connection.ensure_connection()
+    raw = connection.connection
+    if raw.prepare_threshold is None:
+        # Django opens connections with preparation off; allow it for explicit prepare=True
+        # only (Django's own client-side cursors are never prepared).
+        raw.prepare_threshold = ONLY_EXPLICIT
+    started = time.monotonic()
+    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
+        cursor.execute(sql, params, prepare=True)
+        row = cursor.fetchone()
+    if connection.queries_logged:
+        connection.queries_log.append(
+            {"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
+    return row
+
+
+def _concrete(model: type[Model]) -> list[Field[Any, Any]]:
+    return [f for f in model._meta.concrete_fields]  # noqa: C416 (a list, not the tuple)
+
+
+@cache
+def insert_fields(model: type[Model]) -> tuple[Field[Any, Any], ...]:
+    """Every concrete column except the auto primary key."""
+    pk = model._meta.pk
+    return tuple(f for f in _concrete(model) if f is not pk)
+
+
+def insert_params(model: type[Model], values: Mapping[str, Any], alias: str = "default"
+                  ) -> list[Any]:
+    """Parameters for insert_fields(model): given values, else the field's default."""
+    connection = connections[alias]
+    params = []
+    for field in insert_fields(model):
+        value = values[field.attname] if field.attname in values else field.get_default()
+        params.append(field.get_db_prep_save(value, connection))
+    return params
+
+
+def insert_params_for(fields: Iterable[Field[Any, Any]], values: Mapping[str, Any],
+                      alias: str = "default") -> list[Any]:
+    """Parameters for these fields from values keyed by attname (every field must be there)."""
+    connection = connections[alias]
+    return [f.get_db_prep_save(values[f.attname], connection) for f in fields]
+
+
+def column_list(fields: Iterable[Field[Any, Any]], prefix: str = "") -> str:
+    return ", ".join(f'{prefix}"{f.column}"' for f in fields)
+
+
+def placeholders(count: int) -> str:
+    return ", ".join(["%s"] * count)
+
+
+@cache
+def _converters(model: type[Model], vendor: str, alias: str,
+                ) -> tuple[tuple[int, Any, tuple[Any, ...]], ...]:
+    """(column position, expression, converters) for the columns that have converters."""
+    connection = connections[alias]
+    table = model._meta.db_table
+    out = []
+    for n, field in enumerate(_concrete(model)):
+        col = field.get_col(table)
+        converters = (*field.get_db_converters(connection),
+                      *connection.ops.get_db_converters(col))
+        if converters:
+            out.append((n, col, converters))
+    return tuple(out)
+
+
+def instance(model: type[Model], row: Sequence[Any], alias: str = "default") -> Model:
+    """A model instance from a row of all concrete columns (in field order), converted as the
+    ORM would convert them (a NULL stays None, as every converter here leaves it)."""
+    connection = connections[alias]
+    values = list(row)
+    for n, col, converters in _converters(model, connection.vendor, alias):
+        value = values[n]
+        if value is None:
+            continue
+        for converter in converters:
+            value = converter(value, col, connection)
+        values[n] = value
+    return model.from_db(alias, None, values)  # type: ignore[arg-type]  # all columns
+
+
+def field_count(model: type[Model]) -> int:
+    return len(model._meta.concrete_fields)
