@@ -262,6 +262,9 @@ class _Transaction:
                                          context=ssl.create_default_context())
         else:
             self.smtp = smtplib.SMTP(local_hostname=local_hostname)
+        # The name TLS verifies the certificate against (implicit TLS and STARTTLS); smtplib
+        # sets it only when given the host up front, which would connect before run().
+        self.smtp._host = host  # type: ignore[attr-defined]
 
     def run(self) -> SendOutcome:
         try:

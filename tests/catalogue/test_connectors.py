@@ -97,9 +97,10 @@ def test_smtp_without_a_delivery_log_search_sends_an_ambiguous_mail_to_review_ne
     assert len(sandbox.messages(reference=operation.operation_id)) == 1  # delivered once
 
 
-def test_smtp_starttls_against_a_server_without_it_is_not_sent(agent, sandbox, settings,
-                                                              tmp_path):
-    settings.LEDGER_TOOLS_FILE = smtp_catalogue(tmp_path, search=True, tls="starttls")
+@pytest.mark.parametrize(("tls", "phase"), [("starttls", "starttls"), ("implicit", "connect")])
+def test_smtp_tls_against_a_plain_server_is_not_sent(agent, sandbox, settings, tmp_path, tls,
+                                                     phase):
+    settings.LEDGER_TOOLS_FILE = smtp_catalogue(tmp_path, search=True, tls=tls)
     operation = Operation(operation_id="m-2:cus-7:email-1:v1", tool="send_email",
                           tool_version=2, provider="smtp-sandbox",
                           intent_params={"to": "cus@example.com", "template": "refund_sent",
@@ -108,7 +109,7 @@ def test_smtp_starttls_against_a_server_without_it_is_not_sent(agent, sandbox, s
 
     outcome = get_tool("send_email").adapter.send(operation, key="key-m-2", timeout=2)
 
-    assert isinstance(outcome, NotSent) and outcome.error_class.startswith("smtp.starttls.")
+    assert isinstance(outcome, NotSent) and outcome.error_class.startswith(f"smtp.{phase}.")
     assert sandbox.messages(reference=operation.operation_id) == []
 
 
