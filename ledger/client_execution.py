@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from ledger import metrics, transitions
 from ledger.models import AgentCredential, Operation, OperationEvent
-from ledger.tools import get_tool
+from ledger.tools import tool_of
 
 logger = logging.getLogger(__name__)
 S = Operation.Status
@@ -47,7 +47,7 @@ def client_heartbeat(*, agent: AgentCredential, operation: Operation,
     try:
         return transitions.operation_heartbeat(
             operation=operation, fencing_token=fencing_token,
-            lease_seconds=get_tool(operation.tool).lease_seconds, actor=client_actor(agent))
+            lease_seconds=tool_of(operation).lease_seconds, actor=client_actor(agent))
     except transitions.StaleFencingToken:
         current = Operation.objects.get(pk=operation.pk)
         raise ClaimEnded(current, (

@@ -89,7 +89,7 @@ def test_a_tool_whose_catalogue_entry_forbids_client_execution_is_refused(
 ):
     forbidden = copy.copy(get_tool("refund"))
     object.__setattr__(forbidden, "client_execution", False)
-    monkeypatch.setattr(executor, "get_tool", lambda name: forbidden)
+    monkeypatch.setattr(executor, "get_tool", lambda name, version=None: forbidden)
 
     response = api.post("/api/v1/operations", client_body(), format="json")
 

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ledger', '0002_prepared_index'),
+        ('ledger', '0003_catalogue_tool_versions'),
     ]
 
     operations = [
