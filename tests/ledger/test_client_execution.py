@@ -3,7 +3,6 @@ itself with the ledger's key and reports the outcome with its fencing token."""
 
 from __future__ import annotations
 
-import copy
 import threading
 
 import pytest
@@ -16,7 +15,7 @@ from ledger.providers.base import Capabilities
 from ledger.tools import get_tool
 from reconciliation import reconciler, services
 from reconciliation.models import Case
-from tests.conftest import refund_params, requires_postgres
+from tests.conftest import CATALOGUES, refund_params, requires_postgres
 from tests.ledger.client_helpers import (
     OP,
     call_provider,
@@ -85,13 +84,24 @@ def test_client_execution_keeps_the_params_conflict_rule(api):
 
 
 def test_a_tool_whose_catalogue_entry_forbids_client_execution_is_refused(
-    api, monkeypatch
+    settings, monkeypatch, tmp_path, sandbox_server, make_agent
 ):
-    forbidden = copy.copy(get_tool("refund"))
-    object.__setattr__(forbidden, "client_execution", False)
-    monkeypatch.setattr(executor, "get_tool", lambda name, version=None: forbidden)
+    # The README's catalogue example, with its payout tool closed to client execution.
+    declared = (CATALOGUES / "acme.toml").read_text()
+    declared = declared.replace("unknown_sla_seconds = 900\n",
+                                "unknown_sla_seconds = 900\nclient_execution = false\n", 1)
+    (tmp_path / "tools.toml").write_text(declared)
+    monkeypatch.setenv("ACME_PAYOUTS_URL", sandbox_server.url)
+    monkeypatch.setenv("ACME_PAYOUTS_TOKEN", "Bearer acme-test")
+    settings.LEDGER_TOOLS_FILE = str(tmp_path / "tools.toml")
+    agent, token = make_agent("treasury-bot", tools=("payout",))
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
 
-    response = api.post("/api/v1/operations", client_body(), format="json")
+    response = client.post("/api/v1/operations", {
+        "operation_id": "treasury:inv-1:payout-1:v1", "tool": "payout", "execution": "client",
+        "params": {"supplier": "sup_42", "invoice": "inv-1", "amount_minor": 100,
+                   "currency": "EUR"}}, format="json")
 
     assert response.status_code == 400
     assert "execution" in response.json()["errors"]

@@ -6,7 +6,6 @@ Standard Webhooks verifier accepts."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 import pytest
 from django.db.models import F
@@ -86,8 +85,8 @@ def test_every_state_change_of_a_chaos_run_produced_its_event(sandbox, time_mach
     with Receiver() as receiver:
         make_agents = chaos.make_agents
 
-        def agents_with_webhooks(count: int, *args: Any) -> list[str]:
-            tokens = make_agents(count, *args)
+        def agents_with_webhooks(count: int, tools: tuple[str, ...] = chaos.TOOLS) -> list[str]:
+            tokens = make_agents(count, tools)
             for agent in AgentCredential.objects.filter(name__startswith="chaos-agent-"):
                 webhooks.endpoint_create(agent=agent, url=receiver.url)
             return tokens
