@@ -73,7 +73,8 @@ def worker_name() -> str:
 
 
 def _validated(tool_name: str, params: Any, agent: AgentCredential,
-               version: int | None = None) -> tuple[Tool, dict[str, Any]]:
+               version: int | None = None, *, client: bool = False
+               ) -> tuple[Tool, dict[str, Any]]:
     try:
         tool = get_tool(tool_name, version)
     except UnknownTool:
@@ -83,9 +84,10 @@ def _validated(tool_name: str, params: Any, agent: AgentCredential,
     errors = tool.validate(params)
     if errors:
         raise InvalidSubmission({f"params.{k}": v for k, v in errors.items()})
-    if not tool.adapter.capabilities.can_send:
+    if not client and not tool.adapter.capabilities.can_send:
         raise InvalidSubmission({"tool": f"{tool.name} is executed by the client; the ledger "
-                                         "has no connector that can send it"})
+                                         "has no connector that can send it (submit it with "
+                                         "\"execution\": \"client\")"})
     # Once per version and process: a used version's schema must not have changed.
     versions.ensure_recorded(tool)
     return tool, dict(params)
@@ -149,13 +151,13 @@ def submit(
         and existing.tool == tool_name
     tool, params = _validated(tool_name, params, agent,
                               existing.tool_version if existing is not None and recorded
-                              else None)
-    if not execute and tool.withholds(params):
+                              else None, client=client)
+    # A client-executed operation's secrets stay with the agent, which makes the call itself.
+    if not execute and not client and tool.withholds(params):
         raise InvalidSubmission({"execution": "params with secret fields are sent at once "
                                               "(sync): the ledger never stores them"})
     intent, digest = _intent_and_hash(tool, params)
     if client:
-        # Until the catalogue declares it, every tool may be client-executed.
         if not getattr(tool, "client_execution", True):
             raise InvalidSubmission({"execution": f"the tool {tool.name!r} may not be "
                                                   "executed by the client"})
