@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from ledger import metrics, selectors, transitions
 from ledger.canonical import CanonicalizationError, params_hash, provider_idempotency_key
-from ledger.identity import validate_operation_id
+from ledger.identity import identifier_problem, validate_operation_id
 from ledger.models import AgentCredential, Operation
 from ledger.providers import get_adapter
 from ledger.providers.base import Confirmed, NotSent, Rejected, SendOutcome, Unknown
@@ -128,6 +128,15 @@ def submit(
         validate_operation_id(operation_id)
     except ValueError as exc:
         raise InvalidSubmission({"operation_id": str(exc)}) from None
+    # Taken exactly as sent, never trimmed (the API's serializer refuses the same values).
+    refused = {
+        name: problem
+        for name, value in (("run_id", run_id), ("tool_call_id", tool_call_id),
+                            ("customer_ref", customer_ref))
+        if value and (problem := identifier_problem(value))
+    }
+    if refused:
+        raise InvalidSubmission(refused)
     tool, params = _validated(tool_name, params, agent)
     values = _row_values(tool=tool, operation_id=operation_id, params=params, run_id=run_id,
                          tool_call_id=tool_call_id, customer_ref=customer_ref)

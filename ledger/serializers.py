@@ -3,10 +3,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
+from django.core.validators import RegexValidator
 from django.urls import reverse
 from rest_framework import serializers
 
-from ledger.identity import MAX_OPERATION_ID_LENGTH
+from ledger.identity import (
+    IDENTIFIER_PATTERN,
+    MAX_IDENTIFIER_LENGTH,
+    MAX_OPERATION_ID_LENGTH,
+    OPERATION_ID_RE,
+    identifier_problem,
+)
 from ledger.models import Operation
 
 S = Operation.Status
@@ -42,13 +49,49 @@ GUIDANCE = {
 }
 
 
+class FullMatchValidator(RegexValidator):
+    """RegexValidator uses search(), where `$` also matches before a final newline: the value
+    must match as a whole. drf-spectacular publishes .regex.pattern as the schema's pattern."""
+
+    def __call__(self, value: Any) -> None:
+        if not isinstance(value, str) or not self.regex.fullmatch(value):
+            raise serializers.ValidationError(self.message, code="invalid")
+
+
+class ExactIdentifierField(serializers.CharField):
+    """An identifier taken exactly as sent: never trimmed (DRF trims by default), refused when
+    it has surrounding whitespace or control, invisible or bidirectional characters. The
+    pattern is published in the OpenAPI document, so a schema-valid value is always accepted."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", MAX_IDENTIFIER_LENGTH)
+        super().__init__(trim_whitespace=False, **kwargs)
+        # For the OpenAPI document (drf-spectacular reads RegexValidator.regex as the pattern).
+        self.validators.append(FullMatchValidator(IDENTIFIER_PATTERN, message="is not allowed"))
+
+    def run_validators(self, value: Any) -> None:
+        problem = identifier_problem(value) if isinstance(value, str) else None
+        if problem:
+            raise serializers.ValidationError(problem, code="invalid")
+        super().run_validators(value)
+
+
 class OperationSubmitSerializer(serializers.Serializer):
-    operation_id = serializers.CharField(max_length=MAX_OPERATION_ID_LENGTH)
-    tool = serializers.CharField(max_length=64)
+    operation_id = serializers.CharField(
+        max_length=MAX_OPERATION_ID_LENGTH, trim_whitespace=False,
+        validators=[FullMatchValidator(
+            OPERATION_ID_RE.pattern,
+            message=(
+                "operation_id must be at least two colon-separated segments of ASCII letters, "
+                "digits and ._~- (for example workflow-81:invoice-17:refund-2:v1)"
+            ),
+        )],
+    )
+    tool = serializers.CharField(max_length=64, trim_whitespace=False)
     params = serializers.DictField()
-    run_id = serializers.CharField(max_length=200, required=False, default="")
-    tool_call_id = serializers.CharField(max_length=200, required=False, default="")
-    customer_ref = serializers.CharField(max_length=200, required=False, default="")
+    run_id = ExactIdentifierField(required=False, default="")
+    tool_call_id = ExactIdentifierField(required=False, default="")
+    customer_ref = ExactIdentifierField(required=False, default="")
     execution = serializers.ChoiceField(
         choices=["sync", "async"], required=False, default="sync",
         help_text="async: record the intent, answer 202 at once and let a worker send it.",
