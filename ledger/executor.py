@@ -12,6 +12,7 @@ import enum
 import logging
 import os
 import socket
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -81,7 +82,30 @@ def _validated(tool_name: str, params: Any, agent: AgentCredential) -> tuple[Too
     errors = tool.validate(params)
     if errors:
         raise InvalidSubmission({f"params.{k}": v for k, v in errors.items()})
+    hidden = {
+        f"params.{name}": HIDDEN_CHARACTERS_MESSAGE
+        for name in tool.intent_fields
+        if isinstance(params.get(name), str) and has_hidden_characters(params[name])
+    }
+    if hidden:
+        raise InvalidSubmission(hidden)
     return tool, dict(params)
+
+
+HIDDEN_CHARACTERS_MESSAGE = (
+    "contains control, invisible or bidirectional formatting characters; intent fields are "
+    "compared exactly, so two values that look the same must be the same"
+)
+# Unicode categories no intent value needs: controls, formatting (zero-width, bidirectional
+# overrides and isolates, the BOM), surrogates, private use, unassigned, line/paragraph seps.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def has_hidden_characters(text: str) -> bool:
+    """Intent fields are refused, not normalised, when they hold characters that render as
+    nothing (or reorder the text around them): `cus_123` and `cus_\u200b123` look identical
+    but would hash differently and name different payees."""
+    return any(unicodedata.category(char) in _HIDDEN_CATEGORIES for char in text)
 
 
 def _row_values(
