@@ -13,7 +13,7 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions, throttling
 from rest_framework.request import Request
 
-from ledger.models import AgentCredential
+from ledger.models import AgentCredential, Namespace
 
 TOKEN_PREFIX_LENGTH = 8
 # Writing last_used_at on every request would turn every replay into a write.
@@ -25,11 +25,18 @@ def hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def agent_create(*, name: str, tools: Iterable[str]) -> tuple[AgentCredential, str]:
-    """Create a credential; the raw token is returned once and never stored."""
+def agent_create(
+    *, name: str, tools: Iterable[str], namespace: str | None = None
+) -> tuple[AgentCredential, str]:
+    """Create a credential; the raw token is returned once and never stored.
+
+    Without `namespace` the credential gets a namespace of its own; with one, it joins (or
+    starts) that shared namespace, whose credentials share their operation IDs."""
     prefix, raw = _new_token()
+    shared = Namespace.objects.get_or_create(name=namespace)[0] if namespace else None
     agent = AgentCredential.objects.create(
-        name=name, token_prefix=prefix, token_hash=hash_token(raw), allowed_tools=sorted(tools)
+        name=name, token_prefix=prefix, token_hash=hash_token(raw), allowed_tools=sorted(tools),
+        namespace=shared,
     )
     return agent, raw
 

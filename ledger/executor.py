@@ -110,7 +110,7 @@ def has_hidden_characters(text: str) -> bool:
 
 def _row_values(
     *, tool: Tool, operation_id: str, params: dict[str, Any], run_id: str, tool_call_id: str,
-    customer_ref: str,
+    customer_ref: str, namespace_id: int,
 ) -> dict[str, Any]:
     intent = tool.intent(params)
     try:
@@ -120,6 +120,7 @@ def _row_values(
     value = tool.value(params)
     return {
         "operation_id": operation_id,
+        "namespace_id": namespace_id,
         "run_id": run_id,
         "tool_call_ids": [tool_call_id] if tool_call_id else [],
         "tool": tool.name,
@@ -128,7 +129,8 @@ def _row_values(
         "intent_params": intent,
         "params": tool.redacted(params),
         "params_hash": digest,
-        "idempotency_key": provider_idempotency_key(operation_id=operation_id, params_hash=digest),
+        "idempotency_key": provider_idempotency_key(
+            operation_id=operation_id, params_hash=digest, namespace=str(namespace_id)),
         "value_amount": value[0] if value else None,
         "value_currency": value[1] if value else "",
         "subject": tool.subject(params)[:200],
@@ -163,8 +165,10 @@ def submit(
         raise InvalidSubmission(refused)
     tool, params = _validated(tool_name, params, agent)
     values = _row_values(tool=tool, operation_id=operation_id, params=params, run_id=run_id,
-                         tool_call_id=tool_call_id, customer_ref=customer_ref)
-    existing = selectors.operation_lookup(operation_id)
+                         tool_call_id=tool_call_id, customer_ref=customer_ref,
+                         namespace_id=agent.namespace_id)
+    existing = selectors.operation_lookup(namespace_id=agent.namespace_id,
+                                          operation_id=operation_id)
     if existing is not None:
         # The common retry path: one indexed read, no write.
         return _resubmitted(existing, values=values, tool=tool, agent=agent,
@@ -197,10 +201,11 @@ def _resubmitted(
     operation: Operation, *, values: Mapping[str, Any], tool: Tool, agent: AgentCredential,
     tool_call_id: str, execute: bool,
 ) -> Submission:
-    if operation.agent_id != agent.pk or operation.params_hash != values["params_hash"]:
-        # Another agent's ID is reported as a conflict too, without showing its params.
+    # The row is in the agent's namespace (the lookup and the insert are scoped to it), so its
+    # intent may be shown: every credential of a namespace acts for the same service.
+    if operation.params_hash != values["params_hash"] or operation.tool != values["tool"]:
         metrics.CONFLICTS.labels(tool.name).inc()
-        raise ParamsConflict(operation, _differences(operation, values, agent))
+        raise ParamsConflict(operation, _differences(operation, values))
     if tool_call_id and tool_call_id not in operation.tool_call_ids:
         transitions.operation_note_tool_call(
             operation=operation, tool_call_id=tool_call_id, actor=f"agent:{agent.name}")
@@ -221,11 +226,7 @@ def _existing(operation: Operation, tool: Tool) -> Submission:
     return Submission(operation, Disposition.PENDING)
 
 
-def _differences(
-    operation: Operation, values: Mapping[str, Any], agent: AgentCredential
-) -> dict[str, dict[str, Any]]:
-    if operation.agent_id != agent.pk:
-        return {"operation_id": {"detail": "already used by another agent"}}
+def _differences(operation: Operation, values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     stored, submitted = operation.intent_params, values["intent_params"]
     names = sorted(set(stored) | set(submitted))
     diff = {

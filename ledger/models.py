@@ -12,10 +12,34 @@ def new_status_token() -> str:
     return secrets.token_urlsafe(32)
 
 
+class Namespace(models.Model):
+    """Where operation IDs are unique. Each credential gets its own namespace unless it is
+    grouped explicitly with others (a fleet of workers of one service shares one), and an
+    agent never learns anything about IDs outside its namespace."""
+
+    name = models.CharField(max_length=100, unique=True)
+    description = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+PERSONAL_NAMESPACE_PREFIX = "agent/"
+
+
 class AgentCredential(models.Model):
     """A bearer token for one agent. Only a hash is stored; the raw token is shown once."""
 
     name = models.CharField(max_length=100, unique=True)
+    namespace = models.ForeignKey(
+        Namespace, on_delete=models.PROTECT, related_name="credentials",
+        help_text="Operation IDs are unique within a namespace; credentials that share one "
+                  "see and replay each other's operations.",
+    )
     token_prefix = models.CharField(max_length=16, unique=True)
     token_hash = models.CharField(max_length=64)
     allowed_tools = models.JSONField(default=list, blank=True)
@@ -33,6 +57,13 @@ class AgentCredential(models.Model):
     # DRF's IsAuthenticated-style checks look at this attribute on request.user.
     is_authenticated = True
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.namespace_id is None:
+            # Not grouped explicitly: a namespace of its own.
+            self.namespace = Namespace.objects.create(
+                name=f"{PERSONAL_NAMESPACE_PREFIX}{self.name}")
+        super().save(*args, **kwargs)
+
     def may_use(self, tool_name: str) -> bool:
         return tool_name in self.allowed_tools
 
@@ -47,7 +78,9 @@ class Operation(models.Model):
 
     TERMINAL = frozenset({Status.SUCCEEDED, Status.FAILED})
 
-    operation_id = models.CharField(max_length=200, unique=True)
+    # Unique within its namespace (operation_unique_in_namespace), not across the ledger.
+    operation_id = models.CharField(max_length=200)
+    namespace = models.ForeignKey(Namespace, on_delete=models.PROTECT, related_name="operations")
     agent = models.ForeignKey(AgentCredential, on_delete=models.PROTECT, related_name="operations")
     run_id = models.CharField(max_length=200, blank=True, db_index=True)
     tool_call_ids = models.JSONField(default=list, blank=True)
@@ -84,6 +117,9 @@ class Operation(models.Model):
     class Meta:
         ordering = ["created_at", "id"]
         constraints = [
+            # Every lookup by operation ID (submit, GET, replay) is within one namespace.
+            models.UniqueConstraint(fields=["namespace", "operation_id"],
+                                    name="operation_unique_in_namespace"),
             models.CheckConstraint(
                 condition=Q(status__in=["prepared", "in_flight", "succeeded", "failed", "unknown"]),
                 name="operation_status_valid",
@@ -115,10 +151,23 @@ class Operation(models.Model):
             ),
             # A run's operations in order (GET /runs/{run_id}/operations).
             models.Index(fields=["run_id", "created_at"], name="operation_run_idx"),
+            # A run's page in a namespace, in keyset order (GET /runs/{run_id}/operations).
+            models.Index(fields=["namespace", "run_id", "id"], name="operation_ns_run_idx"),
+            # The first unresolved operation of a run, without reading the resolved ones.
+            models.Index(
+                fields=["namespace", "run_id", "id"],
+                name="operation_ns_run_open_idx",
+                condition=Q(status__in=["prepared", "in_flight", "unknown"]),
+            ),
         ]
 
     def __str__(self) -> str:
         return self.operation_id
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.namespace_id is None and self.agent_id is not None:
+            self.namespace_id = self.agent.namespace_id
+        super().save(*args, **kwargs)
 
     @property
     def is_terminal(self) -> bool:

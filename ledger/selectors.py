@@ -10,26 +10,34 @@ from ledger.models import AgentCredential, Operation
 _RESOURCE_RELATED = ("reconciliation_case",)
 
 
-def operation_lookup(operation_id: str) -> Operation | None:
+def operation_lookup(*, namespace_id: int, operation_id: str) -> Operation | None:
     return Operation.objects.select_related(*_RESOURCE_RELATED).filter(
-        operation_id=operation_id
+        namespace_id=namespace_id, operation_id=operation_id
     ).first()
 
 
 def operation_get_for_agent(*, agent: AgentCredential, operation_id: str) -> Operation | None:
-    """Another agent's operation is reported as missing, never as forbidden."""
-    return (
-        Operation.objects.select_related(*_RESOURCE_RELATED)
-        .filter(operation_id=operation_id, agent=agent)
-        .first()
-    )
+    """Operations outside the agent's namespace are reported as missing, never as forbidden;
+    credentials that share a namespace see each other's."""
+    return operation_lookup(namespace_id=agent.namespace_id, operation_id=operation_id)
 
 
 def operation_list_for_run(*, agent: AgentCredential, run_id: str) -> QuerySet[Operation]:
+    """A run's operations in the order they were recorded (keyset order: id)."""
     return (
         Operation.objects.select_related(*_RESOURCE_RELATED)
-        .filter(run_id=run_id, agent=agent)
-        .order_by("created_at", "id")
+        .filter(namespace_id=agent.namespace_id, run_id=run_id)
+        .order_by("id")
+    )
+
+
+def operation_first_unresolved_in_run(*, agent: AgentCredential, run_id: str) -> Operation | None:
+    """The run's first operation that is not terminal: one read of the partial index
+    operation_ns_run_open_idx, however many resolved operations the run holds."""
+    return (
+        operation_list_for_run(agent=agent, run_id=run_id)
+        .exclude(status__in=Operation.TERMINAL)
+        .first()
     )
 
 

@@ -172,7 +172,7 @@ def operation_record_and_claim(
                 operation = Operation.objects.create(agent=agent, status=S.PREPARED, **values)
         except IntegrityError:
             existing = Operation.objects.select_related("agent").get(
-                operation_id=values["operation_id"]
+                namespace_id=agent.namespace_id, operation_id=values["operation_id"]
             )
             return existing, None
         _event(operation, from_status=None, to_status=S.PREPARED, actor=f"agent:{agent.name}",
@@ -192,7 +192,7 @@ def operation_record(
                 operation = Operation.objects.create(agent=agent, status=S.PREPARED, **values)
         except IntegrityError:
             existing = Operation.objects.select_related("agent").get(
-                operation_id=values["operation_id"])
+                namespace_id=agent.namespace_id, operation_id=values["operation_id"])
             return existing, False
         _event(operation, from_status=None, to_status=S.PREPARED, actor=f"agent:{agent.name}",
                reason="intent_recorded")
