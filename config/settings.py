@@ -231,6 +231,9 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_THROTTLE_CLASSES": ["ledger.auth.AgentRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"agent": env_str("LEDGER_AGENT_RATE", "600/min")},
+    # Proxies in front of the service that append to X-Forwarded-For: 0 trusts only the
+    # connection's address, so a client cannot pick its own address for the throttles.
+    "NUM_PROXIES": env_int("LEDGER_NUM_PROXIES", 0),
     "EXCEPTION_HANDLER": "ledger.api_support.problem_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
@@ -265,6 +268,8 @@ STRIPE_API_KEY = env_str("STRIPE_API_KEY", "sk_test_sandbox")
 LEDGER_PROVIDER_TIMEOUT_SECONDS = env_float("LEDGER_PROVIDER_TIMEOUT_SECONDS", 0) or None
 LEDGER_RETRY_AFTER_SECONDS = env_int("LEDGER_RETRY_AFTER_SECONDS", 5)
 LEDGER_PUBLIC_BASE_URL = env_str("LEDGER_PUBLIC_BASE_URL", "")
+# Failed authentications one client address may make before it gets 429 (see ledger.auth).
+LEDGER_AUTH_FAILURE_RATE = env_str("LEDGER_AUTH_FAILURE_RATE", "30/min")
 
 # --- Celery (the Celery app reads every CELERY_* name) -------------------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")

@@ -6,9 +6,12 @@ import datetime as dt
 import hashlib
 import hmac
 import secrets
+import time
 from collections.abc import Iterable
 from typing import cast
 
+from django.conf import settings
+from django.core.cache import cache
 from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions, throttling
 from rest_framework.request import Request
@@ -74,6 +77,38 @@ def agent_for_token(raw: str) -> AgentCredential | None:
     return agent
 
 
+class FailedAuthenticationThrottle:
+    """Failed authentications per client address, in the shared cache (Redis with CACHE_URL,
+    so every web process counts together; the process-local cache otherwise). An address
+    that failed LEDGER_AUTH_FAILURE_RATE times in the window gets 429 with Retry-After for
+    every credential until the window has passed — before its token is even looked up."""
+
+    cache_format = "ledger:authfail:%s"
+
+    def __init__(self) -> None:
+        number, period = str(settings.LEDGER_AUTH_FAILURE_RATE).split("/")
+        self.num_requests = int(number)
+        self.duration = {"s": 1, "m": 60, "h": 3600, "d": 86400}[period[0]]
+
+    def _key(self, request: Request) -> str:
+        return self.cache_format % throttling.BaseThrottle().get_ident(request)
+
+    def wait(self, request: Request) -> float | None:
+        """Seconds until the address may try again, or None when it may try now."""
+        now = time.time()
+        history = [t for t in cache.get(self._key(request), []) if t > now - self.duration]
+        if len(history) < self.num_requests:
+            return None
+        return max(history[0] + self.duration - now, 1.0)
+
+    def record_failure(self, request: Request) -> None:
+        now = time.time()
+        key = self._key(request)
+        history = [t for t in cache.get(key, []) if t > now - self.duration]
+        history.append(now)
+        cache.set(key, history[-self.num_requests:], self.duration)
+
+
 class AgentTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
@@ -81,11 +116,18 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
         header = authentication.get_authorization_header(request).decode("latin-1")
         if not header:
             return None
+        failures = FailedAuthenticationThrottle()
+        wait = failures.wait(request)
+        if wait is not None:
+            raise exceptions.Throttled(wait=wait, detail=(
+                "Too many failed authentications from this address; try again later."))
         scheme, _, raw = header.partition(" ")
         if scheme != self.keyword or not raw.strip():
+            failures.record_failure(request)
             raise exceptions.AuthenticationFailed("Use 'Authorization: Bearer <agent token>'.")
         agent = agent_for_token(raw.strip())
         if agent is None:
+            failures.record_failure(request)
             # Never echo the token back, not even in part.
             raise exceptions.AuthenticationFailed("Invalid or revoked agent token.")
         return agent, raw
