@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 from django.conf import settings
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -20,6 +22,7 @@ from ledger.serializers import (
     OperationSerializer,
     OperationSubmitSerializer,
     RunOperationsSerializer,
+    RunPageQuerySerializer,
 )
 
 
@@ -111,18 +114,66 @@ class OperationDetailApi(APIView):
         return _resource(operation, request, status_code=200, headers=headers)
 
 
+RUN_PAGE_DEFAULT = 50
+RUN_PAGE_MAX = 200
+
+
+def encode_run_cursor(last_pk: int) -> str:
+    return base64.urlsafe_b64encode(f"op:{last_pk}".encode()).decode().rstrip("=")
+
+
+def decode_run_cursor(cursor: str) -> int:
+    """The opaque `after` cursor → the last row's key; ValueError when it is not one of ours."""
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        raise ValueError("not a cursor") from None
+    prefix, _, number = text.partition(":")
+    if prefix != "op" or not number.isdigit() or len(number) > 19:
+        raise ValueError("not a cursor")
+    return int(number)
+
+
 class RunOperationsApi(APIView):
-    @extend_schema(responses={200: RunOperationsSerializer},
-                   summary="A run's operations in order, and the first unresolved one")
+    @extend_schema(
+        parameters=[RunPageQuerySerializer],
+        responses={200: RunOperationsSerializer},
+        summary="A run's operations in order (one page), and the first unresolved one",
+        description=(
+            "Pages are bounded (`limit`, default 50, at most 200) and keyset-paginated: follow "
+            "`next` until it is null. `count` is the number of operations in this page. "
+            "`first_unresolved` is the run's first operation that is not terminal, on every "
+            "page, found without reading the run."
+        ),
+    )
     def get(self, request: Request, run_id: str) -> Response:
-        operations = list(selectors.operation_list_for_run(agent=request_agent(request),
-                                                            run_id=run_id))
-        first_unresolved = next((op for op in operations if not op.is_terminal), None)
+        query = RunPageQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        limit: int = query.validated_data["limit"]
+        after = query.validated_data.get("after")
+        agent = request_agent(request)
+        rows = selectors.operation_list_for_run(agent=agent, run_id=run_id)
+        if after:
+            try:
+                rows = rows.filter(pk__gt=decode_run_cursor(after))
+            except ValueError:
+                return problem(400, title="Invalid request", detail="The request is invalid.",
+                               code="invalid", extra={"errors": {"after": ["is not a cursor"]}})
+        page = list(rows[: limit + 1])
+        more = len(page) > limit
+        page = page[:limit]
+        first_unresolved = selectors.operation_first_unresolved_in_run(agent=agent, run_id=run_id)
+        next_url = None
+        if more:
+            next_url = request.build_absolute_uri(
+                f"{request.path}?{urlencode({'limit': limit, 'after': encode_run_cursor(page[-1].pk)})}"
+            )
         context = {"request": request}
         return Response({
             "run_id": run_id,
-            "count": len(operations),
-            "operations": OperationSerializer(operations, many=True, context=context).data,
+            "count": len(page),
+            "operations": OperationSerializer(page, many=True, context=context).data,
             "first_unresolved": OperationSerializer(first_unresolved, context=context).data
             if first_unresolved else None,
+            "next": next_url,
         })

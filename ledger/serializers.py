@@ -150,6 +150,13 @@ class OperationSerializer(serializers.ModelSerializer):
 
 class RunOperationsSerializer(serializers.Serializer):
     run_id = serializers.CharField()
-    count = serializers.IntegerField()
+    count = serializers.IntegerField(help_text="Operations in this page.")
     operations = OperationSerializer(many=True)
     first_unresolved = OperationSerializer(allow_null=True)
+    next = serializers.URLField(allow_null=True, help_text="The next page, or null at the end.")
+
+
+class RunPageQuerySerializer(serializers.Serializer):
+    limit = serializers.IntegerField(min_value=1, max_value=200, required=False, default=50)
+    after = serializers.CharField(required=False, max_length=40, trim_whitespace=False,
+                                  help_text="The opaque cursor from the previous page's `next`.")
