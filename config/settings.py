@@ -101,8 +101,11 @@ def sqlite_database(path: Path) -> dict[str, object]:
 
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
-_DEV_SECRET = "dev-only-insecure-secret-key-change-me-in-production-0123456789"
-SECRET_KEY = env_str("DJANGO_SECRET_KEY", _DEV_SECRET)
+DEVELOPMENT_SECRET_KEY = "dev-only-insecure-secret-key-change-me-in-production-0123456789"
+# Unset means the development key; with LEDGER_PRODUCTION on, an empty, short or development
+# key is an error of `manage.py check --deploy` (config.checks) and stops the WSGI app.
+SECRET_KEY_GIVEN = os.environ.get("DJANGO_SECRET_KEY")  # None when unset, "" when empty
+SECRET_KEY = SECRET_KEY_GIVEN or DEVELOPMENT_SECRET_KEY
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
 
@@ -214,8 +217,6 @@ X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
 # LEDGER_PRODUCTION=true switches every transport-security default on (behind TLS).
 PRODUCTION = env_bool("LEDGER_PRODUCTION", False)
-if PRODUCTION and SECRET_KEY == _DEV_SECRET:
-    raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when LEDGER_PRODUCTION is on")
 SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", PRODUCTION)
 SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", PRODUCTION)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE

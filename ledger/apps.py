@@ -8,4 +8,5 @@ class LedgerConfig(AppConfig):
     verbose_name = "Action ledger"
 
     def ready(self) -> None:
+        from config import checks  # noqa: F401  (registers the production system checks)
         from ledger import schema  # noqa: F401  (registers the OpenAPI auth extension)
