@@ -9,3 +9,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 app = Celery("agent_ledger")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+from config.request_id import connect_celery_signals  # noqa: E402
+
+# The request ID of the web request that enqueued a task is bound while the task runs.
+connect_celery_signals()

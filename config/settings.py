@@ -126,6 +126,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "config.request_id.RequestIdMiddleware",
     "config.middleware.UnusablePathMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -309,10 +310,12 @@ LOGGING = {
             "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
         },
     },
+    "filters": {"request_id": {"()": "config.logging.RequestIdFilter"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": env_str("LOG_FORMAT", "json" if PRODUCTION else "text"),
+            "filters": ["request_id"],
         }
     },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
