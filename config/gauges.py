@@ -1,4 +1,7 @@
-"""Gauges computed from the database at scrape time (correct with any number of processes)."""
+"""Gauges computed from the database at scrape time (correct with any number of processes).
+
+In prometheus_client's multiprocess mode each is exported once, as the value the most recent
+scrape computed ("livemostrecent"), not once per process."""
 
 from __future__ import annotations
 
@@ -10,11 +13,15 @@ from prometheus_client import Gauge
 from ledger.models import Operation
 from ledger.providers import get_adapter
 
-IN_FLIGHT_PAST_LEASE = Gauge("ledger_in_flight_past_lease", "in_flight rows past their lease")
-UNKNOWN_PAST_SLA = Gauge("ledger_unknown_past_sla", "unknown rows older than the SLA")
-AWAITING_REVIEW = Gauge("ledger_cases_awaiting_review", "cases awaiting a person")
+IN_FLIGHT_PAST_LEASE = Gauge("ledger_in_flight_past_lease", "in_flight rows past their lease",
+    multiprocess_mode="livemostrecent")
+UNKNOWN_PAST_SLA = Gauge("ledger_unknown_past_sla", "unknown rows older than the SLA",
+    multiprocess_mode="livemostrecent")
+AWAITING_REVIEW = Gauge("ledger_cases_awaiting_review", "cases awaiting a person",
+    multiprocess_mode="livemostrecent")
 KEYS_NEAR_RETENTION = Gauge(
-    "ledger_keys_near_retention", "unresolved operations whose key expires within 2 hours"
+    "ledger_keys_near_retention", "unresolved operations whose key expires within 2 hours",
+    multiprocess_mode="livemostrecent",
 )
 UNKNOWN_SLA = dt.timedelta(minutes=15)
 

@@ -270,6 +270,13 @@ STRIPE_API_KEY = env_str("STRIPE_API_KEY", "sk_test_sandbox")
 LEDGER_PROVIDER_TIMEOUT_SECONDS = env_float("LEDGER_PROVIDER_TIMEOUT_SECONDS", 0) or None
 LEDGER_RETRY_AFTER_SECONDS = env_int("LEDGER_RETRY_AFTER_SECONDS", 5)
 LEDGER_PUBLIC_BASE_URL = env_str("LEDGER_PUBLIC_BASE_URL", "")
+# Operations: /metrics and /readyz.
+# prometheus_client's multiprocess mode: every gunicorn worker and Celery process writes its
+# metrics there and /metrics sums them. Must be set (and emptied) before the processes start.
+PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+# When set, /metrics answers only `Authorization: Bearer <token>`.
+LEDGER_METRICS_TOKEN = env_str("LEDGER_METRICS_TOKEN", "")
+LEDGER_READYZ_TIMEOUT_SECONDS = env_float("LEDGER_READYZ_TIMEOUT_SECONDS", 2.0)
 # Failed authentications one client address may make before it gets 429 (see ledger.auth).
 LEDGER_AUTH_FAILURE_RATE = env_str("LEDGER_AUTH_FAILURE_RATE", "30/min")
 

@@ -8,4 +8,6 @@ class ReconciliationConfig(AppConfig):
     verbose_name = "Reconciliation"
 
     def ready(self) -> None:
-        from reconciliation import receivers  # noqa: F401
+        from reconciliation import health, receivers  # noqa: F401
+
+        health.connect_signals()

@@ -180,3 +180,14 @@ class Decision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} on case {self.case_id} by {self.decided_by_id} ({self.status})"
+
+
+class SweepRun(models.Model):
+    """When each periodic sweep last finished (one row per sweep, overwritten): what /readyz
+    and the ledger_sweep_last_finished_timestamp_seconds gauge read (reconciliation.health)."""
+
+    sweep = models.CharField(max_length=64, primary_key=True)
+    finished_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.sweep} finished {self.finished_at:%Y-%m-%d %H:%M:%S}"
