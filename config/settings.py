@@ -277,6 +277,10 @@ PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
 # When set, /metrics answers only `Authorization: Bearer <token>`.
 LEDGER_METRICS_TOKEN = env_str("LEDGER_METRICS_TOKEN", "")
 LEDGER_READYZ_TIMEOUT_SECONDS = env_float("LEDGER_READYZ_TIMEOUT_SECONDS", 2.0)
+# Personal data: free-text and secret params of terminal operations are blanked this many days
+# after they were resolved (ledger.retention, run by beat every LEDGER_RETENTION_SWEEP_SECONDS).
+LEDGER_PARAMS_RETENTION_DAYS = env_int("LEDGER_PARAMS_RETENTION_DAYS", 30)
+LEDGER_RETENTION_SWEEP_SECONDS = env_float("LEDGER_RETENTION_SWEEP_SECONDS", 3600.0)
 # Failed authentications one client address may make before it gets 429 (see ledger.auth).
 LEDGER_AUTH_FAILURE_RATE = env_str("LEDGER_AUTH_FAILURE_RATE", "30/min")
 
@@ -374,6 +378,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "reconciliation.tasks.sweep_cases",
         "schedule": LEDGER_SWEEP_INTERVAL_SECONDS,
         "options": {"expires": max(LEDGER_SWEEP_INTERVAL_SECONDS, 1.0)},
+    },
+    # Retention of personal data (ledger.retention).
+    "ledger-redact-expired-params": {
+        "task": "ledger.tasks.redact_expired_params",
+        "schedule": LEDGER_RETENTION_SWEEP_SECONDS,
+        "options": {"expires": LEDGER_RETENTION_SWEEP_SECONDS},
     },
     # The ledger's own sweep: prepared rows nobody is sending (executor.retry_unsent).
     "ledger-retry-unsent": {

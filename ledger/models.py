@@ -113,6 +113,8 @@ class Operation(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     sent_at = models.DateTimeField(null=True, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
+    # When the retention job blanked the free-text and secret params (ledger.retention).
+    params_redacted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -151,6 +153,12 @@ class Operation(models.Model):
             ),
             # A run's operations in order (GET /runs/{run_id}/operations).
             models.Index(fields=["run_id", "created_at"], name="operation_run_idx"),
+            # The retention job: terminal rows not yet redacted, by when they were resolved.
+            models.Index(
+                fields=["resolved_at"],
+                name="operation_retention_idx",
+                condition=Q(status__in=["succeeded", "failed"], params_redacted_at__isnull=True),
+            ),
             # A run's page in a namespace, in keyset order (GET /runs/{run_id}/operations).
             models.Index(fields=["namespace", "run_id", "id"], name="operation_ns_run_idx"),
             # The first unresolved operation of a run, without reading the resolved ones.

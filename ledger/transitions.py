@@ -386,3 +386,46 @@ def operation_note_tool_call(*, operation: Operation, tool_call_id: str, actor: 
             data={"tool_call_id": tool_call_id},
         )
     operation.tool_call_ids = current.tool_call_ids
+
+
+# --- retention (not a status change; an event all the same) ----------------------------
+
+REDACTED = "[redacted]"
+
+
+def operation_redact_params(
+    *, operation: Operation, fields: frozenset[str], actor: str, now: dt.datetime
+) -> bool:
+    """Blank the named params of a terminal operation (personal data past its retention).
+    The intent params, the params hash and the events are kept. False when there was nothing
+    to do (not terminal, or already redacted): running twice changes nothing."""
+    with transaction.atomic():
+        current = Operation.objects.select_for_update().get(pk=operation.pk)
+        if current.status not in Operation.TERMINAL or current.params_redacted_at is not None:
+            return False
+        params = dict(current.params or {})
+        blanked = sorted(name for name in params if name in fields and params[name] != REDACTED)
+        texts = {params[name] for name in blanked if isinstance(params[name], str)}
+        for name in blanked:
+            params[name] = REDACTED
+        current.params = params
+        # Providers echo what they were sent: the same texts go from the stored answer too.
+        current.result = _without_texts(current.result, texts)
+        current.params_redacted_at = now
+        current.save(update_fields=["params", "result", "params_redacted_at"])
+        OperationEvent.objects.create(
+            operation=current, from_status=current.status, to_status=current.status, actor=actor,
+            fencing_token=current.fencing_token, reason="params_redacted",
+            data={"fields": blanked},
+        )
+    return True
+
+
+def _without_texts(value: Any, texts: set[str]) -> Any:
+    if isinstance(value, str):
+        return REDACTED if value in texts else value
+    if isinstance(value, list):
+        return [_without_texts(item, texts) for item in value]
+    if isinstance(value, dict):
+        return {key: _without_texts(item, texts) for key, item in value.items()}
+    return value

@@ -1,4 +1,5 @@
-"""Operation IDs unique per namespace, not across the ledger (issue 11).
+"""Operation IDs unique per namespace, not across the ledger, and the params retention
+marker (issue 11).
 
 Every existing credential gets a namespace of its own ("agent/<name>") and its operations move
 into it, so what each agent could see and replay stays exactly what it was.
@@ -68,6 +69,15 @@ class Migration(migrations.Migration):
         migrations.AddConstraint(
             model_name="operation",
             constraint=models.UniqueConstraint(fields=("namespace", "operation_id"), name="operation_unique_in_namespace"),
+        ),
+        migrations.AddField(
+            model_name="operation",
+            name="params_redacted_at",
+            field=models.DateTimeField(blank=True, null=True),
+        ),
+        migrations.AddIndex(
+            model_name="operation",
+            index=models.Index(condition=models.Q(("params_redacted_at__isnull", True), ("status__in", ["succeeded", "failed"])), fields=["resolved_at"], name="operation_retention_idx"),
         ),
         migrations.AddIndex(
             model_name="operation",
