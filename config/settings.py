@@ -270,6 +270,9 @@ STRIPE_API_KEY = env_str("STRIPE_API_KEY", "sk_test_sandbox")
 LEDGER_PROVIDER_TIMEOUT_SECONDS = env_float("LEDGER_PROVIDER_TIMEOUT_SECONDS", 0) or None
 LEDGER_RETRY_AFTER_SECONDS = env_int("LEDGER_RETRY_AFTER_SECONDS", 5)
 LEDGER_PUBLIC_BASE_URL = env_str("LEDGER_PUBLIC_BASE_URL", "")
+# How long the executor keeps retrying (fresh connection, short backoff) to persist an outcome
+# the provider has given when the database is unreachable, before answering 503.
+LEDGER_PERSIST_RETRY_SECONDS = env_float("LEDGER_PERSIST_RETRY_SECONDS", 10.0)
 # Operations: /metrics and /readyz.
 # prometheus_client's multiprocess mode: every gunicorn worker and Celery process writes its
 # metrics there and /metrics sums them. Must be set (and emptied) before the processes start.

@@ -42,6 +42,25 @@ def _pending_headers(operation: Operation, request: Request) -> dict[str, str]:
     }
 
 
+OUTCOME_NOT_RECORDED_DETAIL = (
+    "The request reached the provider, but the ledger could not record its answer yet "
+    "(its database is unavailable). Do not retry with a new operation ID: the action may "
+    "have happened. Poll the Location, or submit the same request again with the same "
+    "operation ID after Retry-After seconds; the ledger finds out what happened."
+)
+
+
+def outcome_not_recorded(request: Request, operation_id: str) -> Response:
+    return problem(
+        503, title="Outcome not recorded yet", code="outcome_not_recorded",
+        detail=OUTCOME_NOT_RECORDED_DETAIL, extra={"operation_id": operation_id},
+        headers={
+            "Location": request.build_absolute_uri(f"/api/v1/operations/{operation_id}"),
+            "Retry-After": str(settings.LEDGER_RETRY_AFTER_SECONDS),
+        },
+    )
+
+
 class OperationSubmitApi(APIView):
     @extend_schema(
         request=OperationSubmitSerializer,
@@ -80,6 +99,8 @@ class OperationSubmitApi(APIView):
         except executor.ToolNotAllowed as exc:
             return problem(403, title="Tool not allowed", detail=str(exc),
                            code="tool_not_allowed")
+        except executor.OutcomeNotPersisted:
+            return outcome_not_recorded(request, data["operation_id"])
         except executor.ParamsConflict as exc:
             return problem(
                 422, title="Operation ID reused with different intent", code="params_conflict",

@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.parsers import BaseParser
@@ -122,6 +123,15 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         return problem(exc.status_code, title=exc.title, detail=str(exc.detail),
                        code=codes if isinstance(codes, str) else "error",
                        extra=exc.extra)
+    if isinstance(exc, OperationalError | InterfaceError):
+        logger.error("database unavailable", exc_info=exc)
+        return problem(
+            503, title="Service unavailable", code="unavailable",
+            detail=("The ledger's database is unavailable. If you submitted an operation, do "
+                    "not retry it under a new operation ID: send the same request again with "
+                    "the same operation ID after Retry-After seconds."),
+            headers={"Retry-After": str(settings.LEDGER_RETRY_AFTER_SECONDS)},
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     response = exception_handler(exc, context)

@@ -12,13 +12,14 @@ import enum
 import logging
 import os
 import socket
+import time
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from ledger import metrics, selectors, transitions
@@ -54,6 +55,17 @@ class ParamsConflict(SubmissionError):
         super().__init__("operation ID already used with different intent params")
         self.operation = operation
         self.differences = differences
+
+
+class OutcomeNotPersisted(Exception):
+    """The provider answered but the database would not take the outcome within the short
+    retry window. The operation stays in_flight under its lease; the reconciler finds the
+    outcome with the same key when the lease expires."""
+
+    def __init__(self, operation: Operation, outcome: SendOutcome) -> None:
+        super().__init__(f"outcome of {operation.operation_id} not persisted")
+        self.operation = operation
+        self.outcome = outcome
 
 
 class Disposition(enum.StrEnum):
@@ -258,7 +270,40 @@ def send_claimed(claim: transitions.Claim, *, tool: Tool, actor: str = "") -> Op
     operation = claim.operation
     adapter = get_adapter(operation.provider)
     outcome = adapter.send(operation, key=operation.idempotency_key, timeout=request_timeout(tool))
-    return persist_outcome(claim, outcome, actor=actor or f"worker:{worker_name()}")
+    return persist_outcome_retrying(claim, outcome, actor=actor or f"worker:{worker_name()}")
+
+
+def persist_outcome_retrying(
+    claim: transitions.Claim, outcome: SendOutcome, *, actor: str
+) -> Operation:
+    """Persist the outcome in hand; if the database is unreachable (a restart, a killed
+    connection), retry on a fresh connection with a short backoff for at most
+    LEDGER_PERSIST_RETRY_SECONDS, so the outcome is recorded as soon as the database is back
+    instead of waiting for the lease to expire. Still failing → OutcomeNotPersisted."""
+    deadline = time.monotonic() + settings.LEDGER_PERSIST_RETRY_SECONDS
+    delay = 0.05
+    attempt: transitions.Claim | None = claim
+    while True:
+        try:
+            if attempt is None:
+                # A failed write may have updated our copy before its transaction was rolled
+                # back: retry from the row as stored, with the token this attempt holds.
+                attempt = transitions.Claim(operation=Operation.objects.get(pk=claim.operation.pk),
+                                            fencing_token=claim.fencing_token)
+            return persist_outcome(attempt, outcome, actor=actor)
+        except (OperationalError, InterfaceError) as exc:
+            extra = {"operation_id": claim.operation.operation_id,
+                     "outcome": type(outcome).__name__}
+            if time.monotonic() + delay > deadline:
+                logger.error("outcome not persisted: database unavailable", extra=extra)
+                raise OutcomeNotPersisted(claim.operation, outcome) from exc
+            logger.warning("database unavailable while persisting an outcome; retrying",
+                           extra=extra)
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+            attempt = None
+            if not connection.in_atomic_block:
+                connection.close()  # the next query opens a fresh connection
 
 
 def persist_outcome(claim: transitions.Claim, outcome: SendOutcome, *, actor: str) -> Operation:
