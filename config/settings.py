@@ -128,6 +128,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "config.request_id.RequestIdMiddleware",
     "config.middleware.UnusablePathMiddleware",
+    "config.middleware.LoadSheddingMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
@@ -273,6 +274,12 @@ LEDGER_PUBLIC_BASE_URL = env_str("LEDGER_PUBLIC_BASE_URL", "")
 # How long the executor keeps retrying (fresh connection, short backoff) to persist an outcome
 # the provider has given when the database is unreachable, before answering 503.
 LEDGER_PERSIST_RETRY_SECONDS = env_float("LEDGER_PERSIST_RETRY_SECONDS", 10.0)
+# Load shedding (config.middleware.LoadSheddingMiddleware): requests running at once per
+# process (0 turns it off), and the longest a request may wait — for a slot, or in a proxy's
+# queue per its X-Request-Start stamp — before it is answered 503 overloaded.
+LEDGER_MAX_CONCURRENT_REQUESTS = env_int("LEDGER_MAX_CONCURRENT_REQUESTS", 16)
+LEDGER_MAX_QUEUE_WAIT_SECONDS = env_float("LEDGER_MAX_QUEUE_WAIT_SECONDS", 1.0)
+LEDGER_OVERLOAD_RETRY_AFTER_SECONDS = env_int("LEDGER_OVERLOAD_RETRY_AFTER_SECONDS", 2)
 # Operations: /metrics and /readyz.
 # prometheus_client's multiprocess mode: every gunicorn worker and Celery process writes its
 # metrics there and /metrics sums them. Must be set (and emptied) before the processes start.
