@@ -109,15 +109,16 @@ HIDDEN_CHARACTERS_MESSAGE = (
     "compared exactly, so two values that look the same must be the same"
 )
 # Unicode categories no intent value needs: controls, formatting (zero-width, bidirectional
-# overrides and isolates, the BOM), surrogates, private use, unassigned, line/paragraph seps.
-_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+# overrides and isolates, the BOM), surrogates, line and paragraph separators. The OpenAPI
+# document publishes the same set as a pattern (ledger.openapi).
+HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 
 def has_hidden_characters(text: str) -> bool:
     """Intent fields are refused, not normalised, when they hold characters that render as
     nothing (or reorder the text around them): `cus_123` and `cus_\u200b123` look identical
     but would hash differently and name different payees."""
-    return any(unicodedata.category(char) in _HIDDEN_CATEGORIES for char in text)
+    return any(unicodedata.category(char) in HIDDEN_CATEGORIES for char in text)
 
 
 def _row_values(

@@ -65,7 +65,8 @@ class ExactIdentifierField(serializers.CharField):
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("max_length", MAX_IDENTIFIER_LENGTH)
-        super().__init__(trim_whitespace=False, **kwargs)
+        # Empty is the same as not given.
+        super().__init__(trim_whitespace=False, allow_blank=True, **kwargs)
         # For the OpenAPI document (drf-spectacular reads RegexValidator.regex as the pattern).
         self.validators.append(FullMatchValidator(IDENTIFIER_PATTERN, message="is not allowed"))
 
@@ -148,6 +149,9 @@ class OperationSerializer(serializers.ModelSerializer):
         return self._absolute(reverse("api:operation-detail", args=[obj.operation_id]))
 
 
+RUN_CURSOR_PATTERN = r"^v1\.[0-9]{1,18}$"
+
+
 class RunOperationsSerializer(serializers.Serializer):
     run_id = serializers.CharField()
     count = serializers.IntegerField(help_text="Operations in this page.")
@@ -158,5 +162,7 @@ class RunOperationsSerializer(serializers.Serializer):
 
 class RunPageQuerySerializer(serializers.Serializer):
     limit = serializers.IntegerField(min_value=1, max_value=200, required=False, default=50)
-    after = serializers.CharField(required=False, max_length=40, trim_whitespace=False,
-                                  help_text="The opaque cursor from the previous page's `next`.")
+    after = serializers.CharField(
+        required=False, max_length=40, trim_whitespace=False,
+        validators=[FullMatchValidator(RUN_CURSOR_PATTERN, message="is not a cursor")],
+        help_text="The cursor from the previous page's `next`; opaque: use it as given.")

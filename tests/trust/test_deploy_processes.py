@@ -74,8 +74,10 @@ def test_killing_the_master_takes_its_workers_and_frees_the_port(tmp_path):
                 break
             time.sleep(0.1)
         assert not any(alive(pid) for pid in workers), "orphaned workers kept running"
-        with socket.socket() as rebind:  # a restart on the same port can bind
+        with socket.socket() as rebind:  # a restart on the same port can bind (as gunicorn
+            rebind.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # binds: REUSEADDR)
             rebind.bind(("127.0.0.1", port))
+            rebind.listen()
     finally:
         if master.poll() is None:
             master.kill()
