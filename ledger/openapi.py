@@ -15,11 +15,9 @@ from __future__ import annotations
 import copy
 import functools
 import re
-import sys
 import unicodedata
 from typing import Any
 
-from ledger.api_support import MAX_JSON_DEPTH  # noqa: F401  (documented limit)
 from ledger.executor import HIDDEN_CATEGORIES
 
 PROBLEM = "application/problem+json"
@@ -93,7 +91,11 @@ def hidden_characters_class() -> str:
     """A regex character class body listing every character an intent field refuses (the
     Unicode categories in executor.HIDDEN_CATEGORIES), computed from the same unicodedata."""
     ranges: list[tuple[int, int]] = []
-    for code in range(sys.maxunicode + 1):
+    # The Basic Multilingual Plane only: a JSON Schema pattern is an ECMA-262 regex, where a
+    # character beyond it is two UTF-16 code units and cannot be the end of a class range.
+    # The few invisible characters beyond it (U+110BD, U+13430…, tags U+E0001, U+E0020…) are
+    # refused all the same; the Problem's `errors` says so.
+    for code in range(0x10000):
         # Surrogates are refused by the JSON parser already (and unusable in a pattern).
         if unicodedata.category(chr(code)) in HIDDEN_CATEGORIES - {"Cs"}:
             if ranges and ranges[-1][1] == code - 1:
@@ -102,7 +104,7 @@ def hidden_characters_class() -> str:
                 ranges.append((code, code))
 
     def char(code: int) -> str:
-        return f"\\u{code:04x}" if code <= 0xFFFF else chr(code)
+        return f"\\u{code:04x}"
 
     return "".join(char(a) if a == b else f"{char(a)}-{char(b)}" for a, b in ranges)
 
@@ -135,10 +137,14 @@ def params_schema(tool: Any) -> dict[str, Any]:
     if isinstance(declared, dict):
         return copy.deepcopy(declared)
     intent = set(tool.intent_fields)
+    properties = {}
+    for name, spec in tool.schema.items():
+        properties[name] = _field_schema(spec, intent=name in intent)
+        if not spec.required:
+            properties[name]["nullable"] = True  # null is taken as "not given"
     return {
         "type": "object",
-        "properties": {name: _field_schema(spec, intent=name in intent)
-                       for name, spec in tool.schema.items()},
+        "properties": properties,
         "required": [name for name, spec in tool.schema.items() if spec.required],
         "additionalProperties": False,
     }
@@ -149,13 +155,19 @@ def _submission_variants(result: dict[str, Any]) -> list[dict[str, Any]]:
 
     schemas = result["components"]["schemas"]
     base = schemas["OperationSubmit"]
+    for name, prop in base["properties"].items():
+        # drf-spectacular spells allow_blank as oneOf [field, {maxLength: 0}]; the identifier
+        # pattern admits "" already, and "" matching both branches would fail the oneOf.
+        branches = prop.get("oneOf")
+        if branches and len(branches) == 2 and branches[1].get("maxLength") == 0:
+            base["properties"][name] = branches[0]
     variants = []
     for name in REGISTRY:
         tool = REGISTRY[name]
         variant = copy.deepcopy(base)
         variant["properties"]["tool"] = {"type": "string", "enum": [tool.name]}
         variant["properties"]["params"] = params_schema(tool)
-        variant["additionalProperties"] = False
+        variant["additionalProperties"] = False  # the API refuses unknown fields
         variant["description"] = f"Submit an intent for the `{tool.name}` tool: {tool.description}"
         component = f"OperationSubmit_{tool.name}"
         schemas[component] = variant

@@ -58,7 +58,21 @@ class FullMatchValidator(RegexValidator):
             raise serializers.ValidationError(self.message, code="invalid")
 
 
-class ExactIdentifierField(serializers.CharField):
+class StrictCharField(serializers.CharField):
+    """A string, never trimmed, and never a number coerced to one (DRF's CharField turns 0
+    into "0"): what the OpenAPI document says is a string must be one."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class ExactIdentifierField(StrictCharField):
     """An identifier taken exactly as sent: never trimmed (DRF trims by default), refused when
     it has surrounding whitespace or control, invisible or bidirectional characters. The
     pattern is published in the OpenAPI document, so a schema-valid value is always accepted."""
@@ -66,7 +80,7 @@ class ExactIdentifierField(serializers.CharField):
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("max_length", MAX_IDENTIFIER_LENGTH)
         # Empty is the same as not given.
-        super().__init__(trim_whitespace=False, allow_blank=True, **kwargs)
+        super().__init__(allow_blank=True, **kwargs)
         # For the OpenAPI document (drf-spectacular reads RegexValidator.regex as the pattern).
         self.validators.append(FullMatchValidator(IDENTIFIER_PATTERN, message="is not allowed"))
 
@@ -78,8 +92,8 @@ class ExactIdentifierField(serializers.CharField):
 
 
 class OperationSubmitSerializer(serializers.Serializer):
-    operation_id = serializers.CharField(
-        max_length=MAX_OPERATION_ID_LENGTH, trim_whitespace=False,
+    operation_id = StrictCharField(
+        max_length=MAX_OPERATION_ID_LENGTH,
         validators=[FullMatchValidator(
             OPERATION_ID_RE.pattern,
             message=(
@@ -88,7 +102,7 @@ class OperationSubmitSerializer(serializers.Serializer):
             ),
         )],
     )
-    tool = serializers.CharField(max_length=64, trim_whitespace=False)
+    tool = StrictCharField(max_length=64)
     params = serializers.DictField()
     run_id = ExactIdentifierField(required=False, default="")
     tool_call_id = ExactIdentifierField(required=False, default="")
@@ -97,6 +111,15 @@ class OperationSubmitSerializer(serializers.Serializer):
         choices=["sync", "async"], required=False, default="sync",
         help_text="async: record the intent, answer 202 at once and let a worker send it.",
     )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # A misspelt field ("operationId", "customerRef") is refused, not silently dropped:
+        # the caller would believe it was recorded.
+        unknown = sorted(set(self.initial_data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({name: ["is not a field of a submission"]
+                                               for name in unknown})
+        return attrs
 
 
 class OperationSerializer(serializers.ModelSerializer):

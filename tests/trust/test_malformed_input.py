@@ -139,3 +139,19 @@ def test_an_unexpected_error_in_the_api_is_problem_json_with_guidance(api, monke
     body = response.json()
     assert body["status"] == 500 and "new operation ID" in body["detail"]
     assert "boom" not in response.content.decode()
+
+
+def test_an_unknown_top_level_field_is_refused_not_dropped(api, sandbox):
+    response = api.post("/api/v1/operations", submit_body(customerRef="ref-1"), format="json")
+    assert response.status_code == 400
+    assert "customerRef" in response.json()["errors"]
+    assert_nothing_written()
+
+
+@pytest.mark.parametrize("field", ["operation_id", "tool", "run_id", "tool_call_id",
+                                   "customer_ref"])
+def test_a_number_where_a_string_belongs_is_refused_not_coerced(api, sandbox, field):
+    response = api.post("/api/v1/operations", submit_body(**{field: 0}), format="json")
+    assert response.status_code == 400
+    assert field in response.json()["errors"]
+    assert_nothing_written()
