@@ -290,7 +290,7 @@ LEDGER_OVERLOAD_RETRY_AFTER_SECONDS = env_int("LEDGER_OVERLOAD_RETRY_AFTER_SECON
 PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
 # When set, /metrics answers only `Authorization: Bearer <token>`.
 LEDGER_METRICS_TOKEN = env_str("LEDGER_METRICS_TOKEN", "")
-LEDGER_READYZ_TIMEOUT_SECONDS = env_float("LEDGER_READYZ_TIMEOUT_SECONDS", 2.0)
+LEDGER_READYZ_TIMEOUT_SECONDS = env_int("LEDGER_READYZ_TIMEOUT_SECONDS", 2)
 # Personal data: free-text and secret params of terminal operations are blanked this many days
 # after they were resolved (ledger.retention, run by beat every LEDGER_RETENTION_SWEEP_SECONDS).
 LEDGER_PARAMS_RETENTION_DAYS = env_int("LEDGER_PARAMS_RETENTION_DAYS", 30)

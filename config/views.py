@@ -33,7 +33,8 @@ def _broker_reachable() -> bool:
 
     try:
         with app.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=1, timeout=settings.LEDGER_READYZ_TIMEOUT_SECONDS)
+            conn.ensure_connection(max_retries=1,
+                                   timeout=settings.LEDGER_READYZ_TIMEOUT_SECONDS)
     except Exception:  # noqa: BLE001 - any broker failure means not ready
         return False
     return True

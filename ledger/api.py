@@ -161,10 +161,10 @@ class RunOperationsApi(APIView):
     )
     def get(self, request: Request, run_id: str) -> Response:
         # A plain dict: DRF reads an empty form value of an optional field as "not given".
-        query = RunPageQuerySerializer(data=request.query_params.dict())
-        query.is_valid(raise_exception=True)
-        limit: int = query.validated_data["limit"]
-        after = query.validated_data.get("after")
+        page_query = RunPageQuerySerializer(data=request.query_params.dict())
+        page_query.is_valid(raise_exception=True)
+        limit: int = page_query.validated_data["limit"]
+        after = page_query.validated_data.get("after")
         agent = request_agent(request)
         rows = selectors.operation_list_for_run(agent=agent, run_id=run_id)
         if after:
@@ -175,9 +175,8 @@ class RunOperationsApi(APIView):
         first_unresolved = selectors.operation_first_unresolved_in_run(agent=agent, run_id=run_id)
         next_url = None
         if more:
-            next_url = request.build_absolute_uri(
-                f"{request.path}?{urlencode({'limit': limit, 'after': encode_run_cursor(page[-1].pk)})}"
-            )
+            query = urlencode({"limit": limit, "after": encode_run_cursor(page[-1].pk)})
+            next_url = request.build_absolute_uri(f"{request.path}?{query}")
         context = {"request": request}
         return Response({
             "run_id": run_id,

@@ -36,11 +36,11 @@ def agent_create(
     Without `namespace` the credential gets a namespace of its own; with one, it joins (or
     starts) that shared namespace, whose credentials share their operation IDs."""
     prefix, raw = _new_token()
-    shared = Namespace.objects.get_or_create(name=namespace)[0] if namespace else None
-    agent = AgentCredential.objects.create(
-        name=name, token_prefix=prefix, token_hash=hash_token(raw), allowed_tools=sorted(tools),
-        namespace=shared,
-    )
+    agent = AgentCredential(
+        name=name, token_prefix=prefix, token_hash=hash_token(raw), allowed_tools=sorted(tools))
+    if namespace:
+        agent.namespace = Namespace.objects.get_or_create(name=namespace)[0]
+    agent.save()  # without a namespace: one of its own (AgentCredential.save)
     return agent, raw
 
 

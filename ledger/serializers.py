@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
@@ -54,7 +55,8 @@ class FullMatchValidator(RegexValidator):
     must match as a whole. drf-spectacular publishes .regex.pattern as the schema's pattern."""
 
     def __call__(self, value: Any) -> None:
-        if not isinstance(value, str) or not self.regex.fullmatch(value):
+        regex = re.compile(self.regex) if isinstance(self.regex, str) else self.regex
+        if not isinstance(value, str) or not regex.fullmatch(value):
             raise serializers.ValidationError(self.message, code="invalid")
 
 

@@ -51,7 +51,8 @@ def alive(pid: int) -> bool:
 def test_killing_the_master_takes_its_workers_and_frees_the_port(tmp_path):
     port = free_port()
     env = os.environ | {"GUNICORN_BIND": f"127.0.0.1:{port}", "GUNICORN_WORKERS": "2",
-                        "LEDGER_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "config.settings"}
+                        "LEDGER_VAR_DIR": str(tmp_path),
+                        "DJANGO_SETTINGS_MODULE": "config.settings"}
     gunicorn = str(Path(sys.executable).parent / "gunicorn")
     master = subprocess.Popen([gunicorn, "-c", "deploy/gunicorn.conf.py", "config.wsgi"],
                               cwd=ROOT, env=env, stdout=subprocess.DEVNULL,

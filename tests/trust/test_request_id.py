@@ -90,5 +90,6 @@ def test_the_task_a_request_enqueues_carries_its_request_id_into_the_worker(api,
     sent = [line for line in log_lines if "provider send" in line]
     assert len(sent) == 1 and '"request_id": "req-async-7"' in sent[0]
     # Celery's own line for the finished task is written while the ID is bound.
-    finished = [line for line in log_lines if "execute_operation" in line and "succeeded in" in line]
+    finished = [line for line in log_lines
+                if "execute_operation" in line and "succeeded in" in line]
     assert len(finished) == 1 and '"request_id": "req-async-7"' in finished[0]

@@ -71,7 +71,8 @@ def test_pages_of_a_run_never_include_another_namespace(api, second_agent_api, a
 
 
 def test_bad_limits_and_cursors_are_400(api, agent):
-    for query in ("limit=0", "limit=201", "limit=x", "after=not-a-cursor", "after=v1.", "after=v1.1x", "after="):
+    for query in ("limit=0", "limit=201", "limit=x", "after=not-a-cursor", "after=v1.",
+                  "after=v1.1x", "after="):
         response = api.get(f"/api/v1/runs/run-9/operations?{query}")
         assert response.status_code == 400, query
         assert response["Content-Type"] == PROBLEM
