@@ -43,7 +43,7 @@ def main() -> int:
     parser.add_argument("--no-seed", action="store_true", help="skip the demo data")
     args = parser.parse_args()
 
-    var = ROOT / "var"
+    var = Path(os.environ.get("LEDGER_VAR_DIR", ROOT / "var"))  # as config.settings reads it
     for folder in (var / "broker" / "out", var / "broker" / "processed"):
         folder.mkdir(parents=True, exist_ok=True)
     # Metrics of every process (web, Celery worker and its children) in one directory, which
@@ -68,7 +68,7 @@ def main() -> int:
 
     def start(name: str, command: list[str], child_env: dict[str, str]) -> None:
         log_path = logs / f"{name}.log"
-        print(f"[run] starting {name} (log: {log_path.relative_to(ROOT)})", flush=True)
+        print(f"[run] starting {name} (log: {log_path})", flush=True)
         with log_path.open("ab") as log:
             children.append((name, subprocess.Popen(command, cwd=ROOT, env=child_env,
                                                     stdout=log, stderr=subprocess.STDOUT)))
@@ -102,13 +102,13 @@ def main() -> int:
         wait_for(f"http://127.0.0.1:{args.port}/healthz")
         base = f"http://127.0.0.1:{args.port}"
         if not args.no_seed:
-            subprocess.run([*manage, "seed_demo", "--base-url", base], cwd=ROOT, env=env,
-                           check=True)
+            # Its own provider calls are logged at INFO: only warnings reach the console.
+            subprocess.run([*manage, "seed_demo", "--base-url", base], cwd=ROOT,
+                           env=env | {"LOG_LEVEL": "WARNING"}, check=True)
         print(f"\n[run] Agent Ledger is up: {base}/  (Ctrl-C stops all)\n"
               f"[run] review queue {base}/review/ · admin {base}/admin/ · API docs "
               f"{base}/api/docs/ · metrics {base}/metrics\n"
-              f"[run] logs: tail -f {(logs / 'web.log').relative_to(ROOT)} "
-              f"{(logs / 'worker.log').relative_to(ROOT)}\n", flush=True)
+              f"[run] logs: tail -f {logs / 'web.log'} {logs / 'worker.log'}\n", flush=True)
         while True:
             for name, process in children:
                 if process.poll() is not None:

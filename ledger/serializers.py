@@ -6,6 +6,7 @@ from typing import Any
 from django.core.exceptions import ObjectDoesNotExist
 from django.core.validators import RegexValidator
 from django.urls import reverse
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ledger.identity import (
@@ -151,6 +152,10 @@ class OperationSerializer(serializers.ModelSerializer):
     # SerializerMethodField's get_<field> name for `value` shadows Field.get_value(dictionary),
     # which DRF calls only to read a nested serializer's input. This serializer only renders
     # output (RunOperationsSerializer nests it for the schema, never to validate input).
+    @extend_schema_field({
+        "type": "object", "nullable": True, "description": "The amount in minor units.",
+        "properties": {"amount": {"type": "integer"}, "currency": {"type": "string"}},
+    })
     def get_value(self, obj: Operation) -> dict[str, Any] | None:  # type: ignore[override]
         if obj.value_amount is None:
             return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
@@ -68,3 +70,30 @@ def test_a_forged_forwarded_for_header_does_not_change_the_address(db, settings)
 def test_successful_requests_are_not_counted(api, settings):
     settings.LEDGER_AUTH_FAILURE_RATE = "2/min"
     assert all(api.get("/api/v1/operations/a:b").status_code == 404 for _ in range(5))
+
+
+def test_the_throttle_is_shared_through_redis_when_cache_url_is_set(db, settings):
+    """With CACHE_URL (Redis), every web process counts the same failures."""
+    import redis
+
+    url = os.environ.get("LEDGER_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+    except redis.RedisError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("no Redis")
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                                   "LOCATION": url, "KEY_PREFIX": f"trust-{os.getpid()}"}}
+    from django.core.cache import caches
+
+    caches["default"].clear()
+    settings.LEDGER_AUTH_FAILURE_RATE = "2/min"
+    try:
+        codes = [client_from("203.0.113.50", "al_deadbeef_x").get("/api/v1/operations/a:b")
+                 .status_code for _ in range(3)]
+        stored = caches["default"].get("ledger:authfail:203.0.113.50")
+    finally:
+        caches["default"].clear()
+    assert codes == [401, 401, 429]
+    assert stored is not None and len(stored) == 2  # the history lives in Redis
