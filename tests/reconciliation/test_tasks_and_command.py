@@ -20,10 +20,12 @@ S = Operation.Status
 def test_beat_runs_both_sweeps_and_the_unsent_sweep_at_the_sweep_interval():
     schedule = settings.CELERY_BEAT_SCHEDULE
     by_task = {entry["task"]: entry for entry in schedule.values()}
-    assert set(by_task) == {"reconciliation.tasks.sweep_leases",
-                            "reconciliation.tasks.sweep_cases",
-                            "ledger.tasks.retry_unsent_operations"}
-    for entry in by_task.values():
+    sweeps = {"reconciliation.tasks.sweep_leases", "reconciliation.tasks.sweep_cases",
+              "ledger.tasks.retry_unsent_operations"}
+    # Besides the sweeps, beat runs the hourly retention job (tests/trust/test_retention.py).
+    assert set(by_task) == sweeps | {"ledger.tasks.redact_expired_params"}
+    for task in sweeps:
+        entry = by_task[task]
         assert entry["schedule"] == settings.LEDGER_SWEEP_INTERVAL_SECONDS
         assert entry["options"]["expires"] >= settings.LEDGER_SWEEP_INTERVAL_SECONDS
     import ledger.tasks  # noqa: F401  (the worker imports both through autodiscovery)
