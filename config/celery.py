@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery, signals
+from celery.signals import worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -23,3 +24,11 @@ def _metrics_of_a_finished_pool_process(pid: int | None = None, **kwargs: object
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(pid or os.getpid())
+
+
+@worker_init.connect
+def _refuse_a_broken_catalogue(**kwargs: object) -> None:
+    """A worker with a broken tool catalogue refuses to start rather than fail at send time."""
+    from ledger.tools import catalogue
+
+    catalogue()

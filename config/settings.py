@@ -263,14 +263,11 @@ SANDBOX_URL = env_str("SANDBOX_URL", "http://127.0.0.1:8765")
 # The sandbox's SMTP listener, which the `smtp-sandbox` e-mail adapter sends to.
 SANDBOX_SMTP_HOST = env_str("SANDBOX_SMTP_HOST", "127.0.0.1")
 SANDBOX_SMTP_PORT = env_int("SANDBOX_SMTP_PORT", 8025)
-# The provider new refunds go to: "sandbox" (generic HTTP) or "stripe-sandbox" (the official
-# Stripe SDK against the sandbox's Stripe API). Each operation keeps the provider it was made with.
-LEDGER_REFUND_PROVIDER = env_str("LEDGER_REFUND_PROVIDER", "sandbox")
-# The provider new e-mails go to: "sandbox" (generic HTTP) or "smtp-sandbox" (SMTP).
-LEDGER_EMAIL_PROVIDER = env_str("LEDGER_EMAIL_PROVIDER", "sandbox")
+# The tool catalogue (README, "Guard your own tool"): every tool, its params schema, thresholds
+# and provider connector. Read and validated once at start-up. The demo's is config/tools.toml;
+# config/tools-stripe-smtp.toml adds refund v2 on the Stripe SDK and send_email v2 over SMTP.
+LEDGER_TOOLS_FILE = env_str("LEDGER_TOOLS_FILE", str(BASE_DIR / "config" / "tools.toml"))
 LEDGER_EMAIL_FROM = env_str("LEDGER_EMAIL_FROM", "ledger@example.invalid")
-# An explicit dev default that only the sandbox accepts; never logged.
-STRIPE_API_KEY = env_str("STRIPE_API_KEY", "sk_test_sandbox")
 # Overrides every tool's own request timeout when set (tests shorten it).
 LEDGER_PROVIDER_TIMEOUT_SECONDS = env_float("LEDGER_PROVIDER_TIMEOUT_SECONDS", 0) or None
 LEDGER_RETRY_AFTER_SECONDS = env_int("LEDGER_RETRY_AFTER_SECONDS", 5)
@@ -297,6 +294,21 @@ LEDGER_PARAMS_RETENTION_DAYS = env_int("LEDGER_PARAMS_RETENTION_DAYS", 30)
 LEDGER_RETENTION_SWEEP_SECONDS = env_float("LEDGER_RETENTION_SWEEP_SECONDS", 3600.0)
 # Failed authentications one client address may make before it gets 429 (see ledger.auth).
 LEDGER_AUTH_FAILURE_RATE = env_str("LEDGER_AUTH_FAILURE_RATE", "30/min")
+# Long-poll (GET …?wait=N): first re-check after this long, then doubling up to the ceiling.
+LEDGER_LONG_POLL_FIRST_INTERVAL_SECONDS = env_float("LEDGER_LONG_POLL_FIRST_INTERVAL_SECONDS",
+                                                    0.1)
+LEDGER_LONG_POLL_INTERVAL_SECONDS = env_float("LEDGER_LONG_POLL_INTERVAL_SECONDS", 0.5)
+# Webhooks: per-attempt timeout, backoff between attempts (exponential with jitter), how long
+# a delivery is retried before it is given up (at least a day), and how long a worker's claim
+# on a delivery hides it from the sweep (longer than the timeout; a killed worker's delivery is
+# due again after it).
+LEDGER_WEBHOOK_TIMEOUT_SECONDS = env_float("LEDGER_WEBHOOK_TIMEOUT_SECONDS", 10.0)
+LEDGER_WEBHOOK_BACKOFF_BASE_SECONDS = env_float("LEDGER_WEBHOOK_BACKOFF_BASE_SECONDS", 10.0)
+LEDGER_WEBHOOK_BACKOFF_MAX_SECONDS = env_float("LEDGER_WEBHOOK_BACKOFF_MAX_SECONDS", 3600.0)
+LEDGER_WEBHOOK_RETRY_WINDOW_SECONDS = max(
+    env_int("LEDGER_WEBHOOK_RETRY_WINDOW_SECONDS", 3 * 24 * 3600), 24 * 3600)
+LEDGER_WEBHOOK_VISIBILITY_SECONDS = env_int("LEDGER_WEBHOOK_VISIBILITY_SECONDS", 60)
+LEDGER_WEBHOOK_SWEEP_BATCH_SIZE = env_int("LEDGER_WEBHOOK_SWEEP_BATCH_SIZE", 200)
 
 # --- Celery (the Celery app reads every CELERY_* name) -------------------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
@@ -398,6 +410,13 @@ CELERY_BEAT_SCHEDULE = {
         "task": "ledger.tasks.redact_expired_params",
         "schedule": LEDGER_RETENTION_SWEEP_SECONDS,
         "options": {"expires": LEDGER_RETENTION_SWEEP_SECONDS},
+    },
+    # Webhook deliveries that are due: retries after their backoff, and any whose worker died
+    # or whose enqueue-on-commit message was lost.
+    "ledger-sweep-webhooks": {
+        "task": "ledger.tasks.sweep_webhooks",
+        "schedule": LEDGER_SWEEP_INTERVAL_SECONDS,
+        "options": {"expires": max(LEDGER_SWEEP_INTERVAL_SECONDS, 1.0)},
     },
     # The ledger's own sweep: prepared rows nobody is sending (executor.retry_unsent).
     "ledger-retry-unsent": {

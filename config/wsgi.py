@@ -13,3 +13,7 @@ from config.checks import secret_key_errors  # noqa: E402  (needs the settings c
 if secret_key_errors():
     # Production never serves with an empty, short or development secret key.
     raise ImproperlyConfigured(secret_key_errors()[0].msg)
+# A broken tool catalogue refuses to start the web process (the system check names each problem).
+from ledger.tools import catalogue  # noqa: E402
+
+catalogue()

@@ -8,5 +8,15 @@ class LedgerConfig(AppConfig):
     verbose_name = "Action ledger"
 
     def ready(self) -> None:
-        from config import checks  # noqa: F401  (registers the production system checks)
-        from ledger import schema  # noqa: F401  (registers the OpenAPI auth extension)
+        from config import checks as production_checks  # noqa: F401  (production system checks)
+        from ledger import (  # noqa: F401
+            checks,  # registers the catalogue checks
+            schema,  # registers the OpenAPI auth extension
+            tasks,  # registers the tasks services enqueue by name
+            tools,
+        )
+
+        # Read and validated once, here; a broken catalogue is kept for `manage.py check` to
+        # report in full and refused by every read (the web and worker processes refuse to
+        # start: config/wsgi.py, config/celery.py).
+        tools.load()

@@ -7,6 +7,7 @@ A fresh action costs two commits (record+claim, outcome) besides the provider ca
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import enum
 import logging
@@ -19,16 +20,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
-from ledger import metrics, selectors, transitions
+from ledger import dispatch, metrics, selectors, transitions, versions
 from ledger.canonical import CanonicalizationError, params_hash, provider_idempotency_key
 from ledger.identity import identifier_problem, validate_operation_id
 from ledger.models import AgentCredential, Operation
-from ledger.providers import get_adapter
 from ledger.providers.base import Confirmed, NotSent, Rejected, SendOutcome, Unknown
-from ledger.tools import Tool, UnknownTool, get_tool
+from ledger.tools import Tool, UnknownTool, get_tool, tool_of
 
 logger = logging.getLogger(__name__)
 S = Operation.Status
@@ -78,15 +78,18 @@ class Disposition(enum.StrEnum):
 class Submission:
     operation: Operation
     disposition: Disposition
+    # A client-executed submission that won the claim: the agent sends, holding this token.
+    claim: transitions.Claim | None = None
 
 
 def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _validated(tool_name: str, params: Any, agent: AgentCredential) -> tuple[Tool, dict[str, Any]]:
+def _validated(tool_name: str, params: Any, agent: AgentCredential,
+               version: int | None = None) -> tuple[Tool, dict[str, Any]]:
     try:
-        tool = get_tool(tool_name)
+        tool = get_tool(tool_name, version)
     except UnknownTool:
         raise InvalidSubmission({"tool": f"unknown tool {tool_name!r}"}) from None
     if not agent.may_use(tool.name):
@@ -101,6 +104,11 @@ def _validated(tool_name: str, params: Any, agent: AgentCredential) -> tuple[Too
     }
     if hidden:
         raise InvalidSubmission(hidden)
+    if not tool.adapter.capabilities.can_send:
+        raise InvalidSubmission({"tool": f"{tool.name} is executed by the client; the ledger "
+                                         "has no connector that can send it"})
+    # Once per version and process: a used version's schema must not have changed.
+    versions.ensure_recorded(tool)
     return tool, dict(params)
 
 
@@ -161,8 +169,13 @@ def submit(
     tool_call_id: str = "",
     customer_ref: str = "",
     execute: bool = True,
+    client: bool = False,
 ) -> Submission:
-    """Record an intent under its operation ID and (unless `execute` is False) send it once."""
+    """Record an intent under its operation ID and (unless `execute` is False) send it once.
+
+    `client`: record and claim it for the agent, which calls the provider itself with the
+    stored key and reports the outcome (ledger.client_execution); the ledger never sends it.
+    """
     try:
         validate_operation_id(operation_id)
     except ValueError as exc:
@@ -176,43 +189,61 @@ def submit(
     }
     if refused:
         raise InvalidSubmission(refused)
-    tool, params = _validated(tool_name, params, agent)
+    existing = selectors.operation_lookup(namespace_id=agent.namespace_id,
+                                          operation_id=operation_id)
+    # A retry of an operation is judged by the version it was recorded with, not the latest.
+    recorded = existing is not None and existing.tool == tool_name
+    tool, params = _validated(tool_name, params, agent,
+                              existing.tool_version if existing is not None and recorded
+                              else None)
+    if not execute and tool.withholds(params):
+        raise InvalidSubmission({"execution": "params with secret fields are sent at once "
+                                              "(sync): the ledger never stores them"})
     values = _row_values(tool=tool, operation_id=operation_id, params=params, run_id=run_id,
                          tool_call_id=tool_call_id, customer_ref=customer_ref,
                          namespace_id=agent.namespace_id)
-    existing = selectors.operation_lookup(namespace_id=agent.namespace_id,
-                                          operation_id=operation_id)
+    if client:
+        # Until the catalogue declares it, every tool may be client-executed.
+        if not getattr(tool, "client_execution", True):
+            raise InvalidSubmission({"execution": f"the tool {tool.name!r} may not be "
+                                                  "executed by the client"})
+        values["execution"] = Operation.Execution.CLIENT
+        execute = False
     if existing is not None:
         # The common retry path: one indexed read, no write.
         return _resubmitted(existing, values=values, tool=tool, agent=agent,
-                            tool_call_id=tool_call_id, execute=execute)
+                            tool_call_id=tool_call_id, execute=execute, params=params)
     worker = worker_name()
-    if execute:
+    if client:
+        operation, claim = transitions.operation_record_and_claim(
+            agent=agent, values=values, worker=f"client:{agent.name}",
+            lease_seconds=tool.lease_seconds, reason="claimed_by_client")
+        if claim is not None:
+            return Submission(claim.operation, Disposition.CREATED, claim=claim)
+    elif execute:
         operation, claim = transitions.operation_record_and_claim(
             agent=agent, values=values, worker=worker, lease_seconds=tool.lease_seconds)
         if claim is not None:
-            return Submission(send_claimed(claim, tool=tool), Disposition.CREATED)
+            return Submission(send_claimed(claim, tool=tool, params=params),
+                              Disposition.CREATED)
     else:
         operation, created = transitions.operation_record(agent=agent, values=values)
         if created:
             _enqueue_after_commit(operation)
             return Submission(operation, Disposition.CREATED)
     return _resubmitted(operation, values=values, tool=tool, agent=agent,
-                        tool_call_id=tool_call_id, execute=execute)
+                        tool_call_id=tool_call_id, execute=execute, params=params)
 
 
 def _enqueue_after_commit(operation: Operation) -> None:
     """A worker sends it once the row is committed (inside a caller's transaction, after it).
     A lost message is not lost work: the unsent sweeper sends prepared rows nobody sent."""
-    from ledger.tasks import execute_operation  # the task module imports this one
-
-    pk = operation.pk
-    transaction.on_commit(lambda: execute_operation.delay(pk))
+    dispatch.enqueue_on_commit("execute_operation", operation.pk)
 
 
 def _resubmitted(
     operation: Operation, *, values: Mapping[str, Any], tool: Tool, agent: AgentCredential,
-    tool_call_id: str, execute: bool,
+    tool_call_id: str, execute: bool, params: dict[str, Any],
 ) -> Submission:
     # The row is in the agent's namespace (the lookup and the insert are scoped to it), so its
     # intent may be shown: every credential of a namespace acts for the same service.
@@ -225,7 +256,7 @@ def _resubmitted(
     if execute and operation.status == S.PREPARED:
         # Recorded earlier but not sent (a refused connection, or queued for a worker): the
         # claim decides who sends, so this caller may try.
-        sent = execute_prepared(operation)
+        sent = execute_prepared(operation, params=params)
         return _existing(sent, tool) if sent.is_terminal else Submission(sent, Disposition.PENDING)
     return _existing(operation, tool)
 
@@ -252,24 +283,36 @@ def _differences(operation: Operation, values: Mapping[str, Any]) -> dict[str, d
     return diff or {"params": {"detail": "canonical form differs (unicode normalisation)"}}
 
 
-def execute_prepared(operation: Operation) -> Operation:
-    """Claim a prepared operation and send it; the loser of a claim race returns the row."""
-    tool = get_tool(operation.tool)
+def execute_prepared(operation: Operation, *, params: dict[str, Any] | None = None
+                     ) -> Operation:
+    """Claim a prepared operation and send it; the loser of a claim race returns the row.
+    `params`: the caller's own (unredacted) params, when it is the agent retrying."""
+    if operation.execution == Operation.Execution.CLIENT:
+        return operation  # the agent sends it; the ledger does not hold the call
+    tool = tool_of(operation)
+    if params is None and tool.withholds(operation.params):
+        # Its secret fields were never stored: only the agent's retry can send it.
+        return operation
     claim = transitions.operation_claim(operation, worker=worker_name(),
                                         lease_seconds=tool.lease_seconds)
     if claim is None:
         return Operation.objects.get(pk=operation.pk)
-    return send_claimed(claim, tool=tool)
+    return send_claimed(claim, tool=tool, params=params)
 
 
 def request_timeout(tool: Tool) -> float:
     return float(settings.LEDGER_PROVIDER_TIMEOUT_SECONDS or tool.request_timeout)
 
 
-def send_claimed(claim: transitions.Claim, *, tool: Tool, actor: str = "") -> Operation:
-    """Steps 7 and 8: send with the stored key outside any transaction, then persist."""
+def send_claimed(claim: transitions.Claim, *, tool: Tool, actor: str = "",
+                 params: dict[str, Any] | None = None) -> Operation:
+    """Steps 7 and 8: send with the stored key outside any transaction, then persist.
+    `params`: the submitted params, secrets included, which the stored row does not hold."""
     operation = claim.operation
-    adapter = get_adapter(operation.provider)
+    if params is not None and tool.withholds(params):
+        operation = copy.copy(operation)  # in memory only, for the connector
+        operation.params = dict(params)
+    adapter = tool.adapter
     outcome = adapter.send(operation, key=operation.idempotency_key, timeout=request_timeout(tool))
     return persist_outcome_retrying(claim, outcome, actor=actor or f"worker:{worker_name()}")
 
@@ -368,7 +411,7 @@ def _apply(operation: Operation, token: int, outcome: SendOutcome, actor: str) -
         case NotSent():
             return transitions.operation_release(
                 operation=operation, fencing_token=token, error_class=outcome.error_class,
-                actor=actor)
+                actor=actor, data=data)
         case Unknown():
             return transitions.operation_mark_unknown(
                 operation=operation, fencing_token=token, error_class=outcome.error_class,
@@ -382,7 +425,17 @@ def _evidence(outcome: SendOutcome) -> dict[str, Any]:
         data |= {"provider_request_id": outcome.provider_request_id, "replayed": outcome.replayed}
     else:
         data["error_class"] = outcome.error_class
+    if isinstance(outcome, NotSent) and outcome.retry_after_seconds is not None:
+        data["retry_after_seconds"] = outcome.retry_after_seconds
     return data
+
+
+def _retry_after(operation: Operation) -> dt.timedelta:
+    """How long the provider asked us to wait (429 Retry-After) when it last refused it."""
+    last = operation.events.filter(to_status=S.PREPARED).order_by("-id").values_list(
+        "data", flat=True).first()
+    seconds = (last or {}).get("retry_after_seconds") if isinstance(last, dict) else None
+    return dt.timedelta(seconds=float(seconds)) if seconds else dt.timedelta(0)
 
 
 UNSENT_RETRY_BASE = dt.timedelta(seconds=10)
@@ -396,11 +449,11 @@ def retry_unsent(*, batch: int = 100) -> int:
     now = timezone.now()
     candidates = Operation.objects.filter(
         status=S.PREPARED, updated_at__lt=now - UNSENT_RETRY_BASE
-    ).order_by("updated_at")[:batch]
+    ).exclude(execution=Operation.Execution.CLIENT).order_by("updated_at")[:batch]
     sent = 0
     for operation in candidates:
         backoff = min(UNSENT_RETRY_BASE * (2 ** max(operation.attempts - 1, 0)), UNSENT_RETRY_MAX)
-        if operation.updated_at > now - backoff:
+        if operation.updated_at > now - max(backoff, _retry_after(operation)):
             continue
         if execute_prepared(operation).status != S.PREPARED:
             sent += 1

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Mapping
 import re
 import unicodedata
 from typing import Any
@@ -131,11 +132,35 @@ def _field_schema(spec: Any, *, intent: bool) -> dict[str, Any]:
     return schema
 
 
+def _thaw(value: Any) -> Any:
+    """Plain dicts and lists from the catalogue's read-only mappings and tuples."""
+    if isinstance(value, Mapping):
+        return {key: _thaw(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_thaw(item) for item in value]
+    return value
+
+
+def _with_text_constraints(schema: dict[str, Any], intent: set[str]) -> dict[str, Any]:
+    """Add what the API enforces beyond the catalogue's schema: no NUL in any string, no
+    hidden characters in an intent field."""
+    for name, prop in schema.get("properties", {}).items():
+        if not isinstance(prop, dict) or prop.get("type") != "string" or "enum" in prop:
+            continue
+        allowed = (f"^[^{hidden_characters_class()}]*$" if name in intent
+                   else "^[^\\u0000]*$")
+        if "pattern" in prop:
+            prop["allOf"] = [*prop.get("allOf", []), {"pattern": allowed}]
+        else:
+            prop["pattern"] = allowed
+    return schema
+
+
 def params_schema(tool: Any) -> dict[str, Any]:
     """The tool's params as JSON Schema: the catalogue's own when it has one."""
     declared = getattr(tool, "params_schema", None)
-    if isinstance(declared, dict):
-        return copy.deepcopy(declared)
+    if isinstance(declared, Mapping):
+        return _with_text_constraints(_thaw(declared), set(tool.intent_fields))
     intent = set(tool.intent_fields)
     properties = {}
     for name, spec in tool.schema.items():
@@ -151,7 +176,7 @@ def params_schema(tool: Any) -> dict[str, Any]:
 
 
 def _submission_variants(result: dict[str, Any]) -> list[dict[str, Any]]:
-    from ledger.tools import REGISTRY
+    from ledger.tools import latest_tools
 
     schemas = result["components"]["schemas"]
     base = schemas["OperationSubmit"]
@@ -162,8 +187,7 @@ def _submission_variants(result: dict[str, Any]) -> list[dict[str, Any]]:
         if branches and len(branches) == 2 and branches[1].get("maxLength") == 0:
             base["properties"][name] = branches[0]
     variants = []
-    for name in REGISTRY:
-        tool = REGISTRY[name]
+    for tool in latest_tools():
         variant = copy.deepcopy(base)
         variant["properties"]["tool"] = {"type": "string", "enum": [tool.name]}
         variant["properties"]["params"] = params_schema(tool)

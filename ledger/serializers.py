@@ -17,6 +17,7 @@ from ledger.identity import (
     identifier_problem,
 )
 from ledger.models import Operation
+from ledger.pacing import BASE_GUIDANCE, pace
 
 S = Operation.Status
 
@@ -28,27 +29,9 @@ CUSTOMER_STATUS = {
     S.FAILED: "not_completed",
 }
 
-GUIDANCE = {
-    S.PREPARED: (
-        "Not sent yet: it is safe to submit the same request again with the same operation ID, "
-        "or poll this resource; never use a new operation ID for this intent."
-    ),
-    S.IN_FLIGHT: (
-        "In progress: do not retry with a new operation ID; poll this resource until the status "
-        "is succeeded or failed."
-    ),
-    S.UNKNOWN: (
-        "Outcome unknown: do not retry with a new operation ID; poll this resource while the "
-        "ledger confirms with the provider."
-    ),
-    S.SUCCEEDED: (
-        "Completed: the action happened; use this result and do not submit it again."
-    ),
-    S.FAILED: (
-        "Not completed: nothing happened; to try again submit a new intent under the next "
-        "version of the operation ID (for example …:v2)."
-    ),
-}
+# Kept for callers that want the plain sentence per status; the resource's guidance follows
+# the situation (ledger.pacing).
+GUIDANCE = BASE_GUIDANCE
 
 
 class FullMatchValidator(RegexValidator):
@@ -111,8 +94,12 @@ class OperationSubmitSerializer(serializers.Serializer):
     tool_call_id = ExactIdentifierField(required=False, default="")
     customer_ref = ExactIdentifierField(required=False, default="")
     execution = serializers.ChoiceField(
-        choices=["sync", "async"], required=False, default="sync",
-        help_text="async: record the intent, answer 202 at once and let a worker send it.",
+        choices=["sync", "async", "client"], required=False, default="sync",
+        help_text=(
+            "async: record the intent, answer 202 at once and let a worker send it. "
+            "client: record and claim it, answer 202 with the claim (fencing token, lease, "
+            "idempotency key); the agent calls the provider itself and reports the outcome."
+        ),
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -125,6 +112,43 @@ class OperationSubmitSerializer(serializers.Serializer):
         return attrs
 
 
+class ClaimSerializer(serializers.Serializer):
+    fencing_token = serializers.IntegerField()
+    lease_expires_at = serializers.DateTimeField()
+    idempotency_key = serializers.CharField()
+
+
+class HeartbeatSerializer(serializers.Serializer):
+    fencing_token = serializers.IntegerField(min_value=1)
+
+
+class HeartbeatResponseSerializer(serializers.Serializer):
+    operation_id = serializers.CharField()
+    fencing_token = serializers.IntegerField()
+    lease_expires_at = serializers.DateTimeField()
+
+
+# A redacted classification, never a raw exception text (it may carry secrets or personal data).
+ERROR_CLASS_PATTERN = r"^[A-Za-z0-9_.:-]{1,100}$"
+
+
+class OutcomeSerializer(serializers.Serializer):
+    fencing_token = serializers.IntegerField(min_value=1)
+    status = serializers.ChoiceField(choices=["succeeded", "failed", "unknown"])
+    result = serializers.DictField(required=False, default=dict)
+    provider_reference = serializers.CharField(max_length=200, required=False, default="",
+                                               allow_blank=True)
+    error_class = serializers.RegexField(ERROR_CLASS_PATTERN, required=False, default="",
+                                         allow_blank=True)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["status"] == "failed" and not attrs["error_class"]:
+            raise serializers.ValidationError({"error_class": [
+                "is required with status failed: say which definitive provider rejection "
+                "proved that nothing happened (otherwise report unknown)"]})
+        return attrs
+
+
 class OperationSerializer(serializers.ModelSerializer):
     customer_status = serializers.SerializerMethodField()
     guidance = serializers.SerializerMethodField()
@@ -132,11 +156,13 @@ class OperationSerializer(serializers.ModelSerializer):
     reconciliation = serializers.SerializerMethodField()
     status_url = serializers.SerializerMethodField()
     url = serializers.SerializerMethodField()
+    claim = serializers.SerializerMethodField()
 
     class Meta:
         model = Operation
         fields = [
-            "operation_id", "url", "tool", "tool_version", "status", "customer_status",
+            "operation_id", "url", "tool", "tool_version", "execution", "status",
+            "customer_status", "claim",
             "guidance", "params_hash", "attempts", "result", "error_class",
             "provider_request_id", "run_id", "subject", "value", "reconciliation",
             "status_url", "created_at", "updated_at", "sent_at", "resolved_at",
@@ -147,7 +173,20 @@ class OperationSerializer(serializers.ModelSerializer):
         return CUSTOMER_STATUS[S(obj.status)]
 
     def get_guidance(self, obj: Operation) -> str:
-        return GUIDANCE[S(obj.status)]
+        return pace(obj).guidance
+
+    @extend_schema_field(ClaimSerializer(allow_null=True))
+    def get_claim(self, obj: Operation) -> dict[str, Any] | None:
+        """Only in the answer to the caller that won the claim (a client-executed submission)."""
+        claim = self.context.get("claim")
+        if claim is None or claim.operation.pk != obj.pk:
+            return None
+        return {
+            "fencing_token": claim.fencing_token,
+            "lease_expires_at": serializers.DateTimeField().to_representation(
+                claim.operation.lease_expires_at),
+            "idempotency_key": obj.idempotency_key,
+        }
 
     # SerializerMethodField's get_<field> name for `value` shadows Field.get_value(dictionary),
     # which DRF calls only to read a nested serializer's input. This serializer only renders
@@ -170,7 +209,9 @@ class OperationSerializer(serializers.ModelSerializer):
 
     def _absolute(self, path: str) -> str:
         request = self.context.get("request")
-        return request.build_absolute_uri(path) if request else path
+        if request is not None:
+            return request.build_absolute_uri(path)
+        return f"{str(self.context.get('base_url') or '').rstrip('/')}{path}"
 
     def get_status_url(self, obj: Operation) -> str:
         return self._absolute(reverse("portal:status", args=[obj.status_token]))
@@ -196,3 +237,39 @@ class RunPageQuerySerializer(serializers.Serializer):
         required=False, max_length=40, trim_whitespace=False,
         validators=[FullMatchValidator(RUN_CURSOR_PATTERN, message="is not a cursor")],
         help_text="The cursor from the previous page's `next`; opaque: use it as given.")
+
+
+class ToolValueSerializer(serializers.Serializer):
+    amount_field = serializers.CharField(help_text="The param holding the amount, in minor units.")
+    currency_field = serializers.CharField(help_text="The param holding the ISO 4217 currency.")
+
+
+class ToolSerializer(serializers.Serializer):
+    """A catalogue tool as agents and SDKs discover it (never its connector's settings)."""
+
+    name = serializers.CharField()
+    version = serializers.IntegerField(help_text="The version new operations are recorded with.")
+    description = serializers.CharField()
+    params_schema = serializers.JSONField(help_text="The params, as JSON Schema (draft 2020-12).")
+    intent_fields = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="The params that define the intent (the params hash covers these only).")
+    free_text_fields = serializers.ListField(
+        child=serializers.CharField(), help_text="Params the model may reword between retries.")
+    secret_fields = serializers.ListField(
+        child=serializers.CharField(), help_text="Params redacted in storage, logs and pages.")
+    value = ToolValueSerializer(allow_null=True)
+    high_value_thresholds = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="Per currency, in minor units: at or above it (or in a currency not listed) "
+                  "an unknown outcome always goes to a person.")
+    four_eyes_thresholds = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="Per currency: at or above it (or in a currency not listed) a staff decision "
+                  "needs two people.")
+    client_execution = serializers.BooleanField(
+        help_text="Whether the agent may execute the call itself (execution: client).")
+
+
+class ToolListSerializer(serializers.Serializer):
+    tools = ToolSerializer(many=True)

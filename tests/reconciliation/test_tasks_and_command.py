@@ -21,7 +21,7 @@ def test_beat_runs_both_sweeps_and_the_unsent_sweep_at_the_sweep_interval():
     schedule = settings.CELERY_BEAT_SCHEDULE
     by_task = {entry["task"]: entry for entry in schedule.values()}
     sweeps = {"reconciliation.tasks.sweep_leases", "reconciliation.tasks.sweep_cases",
-              "ledger.tasks.retry_unsent_operations"}
+              "ledger.tasks.retry_unsent_operations", "ledger.tasks.sweep_webhooks"}
     # Besides the sweeps, beat runs the hourly retention job (tests/trust/test_retention.py).
     assert set(by_task) == sweeps | {"ledger.tasks.redact_expired_params"}
     for task in sweeps:

@@ -62,9 +62,15 @@ def test_the_submission_body_carries_each_tools_constraints(schema):
     assert set(by_tool) == {"refund", "send_email", "create_ticket"}
     refund = by_tool["refund"]["properties"]
     assert refund["params"]["additionalProperties"] is False
-    assert refund["params"]["properties"]["amount"] == {
-        "type": "integer", "minimum": 1, "maximum": 1_000_000_000}
-    assert refund["params"]["properties"]["currency"]["pattern"] == "^(?:[A-Z]{3})$"
+    amount = refund["params"]["properties"]["amount"]
+    assert (amount["type"], amount["minimum"], amount["maximum"]) == ("integer", 1, 1_000_000_000)
+    currency = re.compile(refund["params"]["properties"]["currency"]["pattern"])
+    assert currency.fullmatch("EUR") and not currency.fullmatch("euro")
+    # Intent strings refuse hidden characters; free text refuses NUL.
+    payee = refund["params"]["properties"]["payee"]
+    payee_patterns = [payee.get("pattern")] + [p["pattern"] for p in payee.get("allOf", [])]
+    assert any(p and "\\u200b" in p for p in payee_patterns)
+    assert "\\u0000" in refund["params"]["properties"]["memo"]["pattern"]
     # The validator's pattern, in ECMA spelling (\\x00 → \\u0000).
     assert refund["run_id"]["pattern"] == re.sub(
         r"\\x([0-9a-f]{2})", r"\\u00\1", IDENTIFIER_PATTERN)

@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ledger.auth import agent_create
 from ledger.models import PERSONAL_NAMESPACE_PREFIX, AgentCredential
-from ledger.tools import REGISTRY
+from ledger.tools import tool_names
 
 
 class Command(BaseCommand):
@@ -15,7 +15,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name")
         parser.add_argument("--tools", required=True,
-                            help=f"Comma-separated tools the agent may use: {', '.join(REGISTRY)}")
+                            help="Comma-separated tools the agent may use (from the catalogue)")
         parser.add_argument(
             "--namespace", default=None,
             help="Share operation IDs with the other credentials of this namespace (a fleet of "
@@ -24,7 +24,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, name: str, tools: str, namespace: str | None = None,
                **options: Any) -> None:
         wanted = [t.strip() for t in tools.split(",") if t.strip()]
-        unknown = sorted(set(wanted) - set(REGISTRY))
+        unknown = sorted(set(wanted) - set(tool_names()))
         if unknown:
             raise CommandError(f"Unknown tool(s): {', '.join(unknown)}")
         if AgentCredential.objects.filter(name=name).exists():
