@@ -123,6 +123,7 @@ INSTALLED_APPS = [
     "ledger",
     "reconciliation",
     "portal",
+    "ops",
 ]
 
 MIDDLEWARE = [
@@ -310,6 +311,23 @@ LEDGER_WEBHOOK_RETRY_WINDOW_SECONDS = max(
 LEDGER_WEBHOOK_VISIBILITY_SECONDS = env_int("LEDGER_WEBHOOK_VISIBILITY_SECONDS", 60)
 LEDGER_WEBHOOK_SWEEP_BATCH_SIZE = env_int("LEDGER_WEBHOOK_SWEEP_BATCH_SIZE", 200)
 
+# --- The operators' dashboard (/ops/) ---------------------------------------------------------
+# How long an operation may stay unknown before it is overdue, for tools that set no
+# unknown_sla_seconds of their own.
+LEDGER_UNKNOWN_SLA_SECONDS = env_int("LEDGER_UNKNOWN_SLA_SECONDS", 900)
+# Replays and params conflicts are counted in memory and written once per this many seconds
+# (per process); 0 writes them only when something calls ledger.tally.flush().
+LEDGER_TALLY_FLUSH_SECONDS = env_float("LEDGER_TALLY_FLUSH_SECONDS", 10.0)
+# The provider error-rate banner: share of sends answered not_sent or unknown in the last
+# 10 minutes, once at least this many calls were made.
+OPS_PROVIDER_ERROR_RATE = env_float("OPS_PROVIDER_ERROR_RATE", 0.2)
+OPS_PROVIDER_ERROR_MIN_CALLS = env_int("OPS_PROVIDER_ERROR_MIN_CALLS", 20)
+
+# Who the customers' status pages speak for, and how to reach them (shown on every page).
+LEDGER_ORG_NAME = env_str("LEDGER_ORG_NAME", "Example Shop")
+LEDGER_ORG_CONTACT = env_str(
+    "LEDGER_ORG_CONTACT", "Questions? Write to support@example.invalid and quote your reference.")
+
 # --- Celery (the Celery app reads every CELERY_* name) -------------------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = (
@@ -423,6 +441,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "ledger.tasks.retry_unsent_operations",
         "schedule": LEDGER_SWEEP_INTERVAL_SECONDS,
         "options": {"expires": max(LEDGER_SWEEP_INTERVAL_SECONDS, 1.0)},
+    },
+    # The dashboard's counters: closed minutes of the event tables, rolled up (ops.rollup).
+    "ops-rollup-stats": {
+        "task": "ops.tasks.rollup_stats",
+        "schedule": env_float("OPS_ROLLUP_INTERVAL_SECONDS", 30.0),
+        "options": {"expires": 30.0},
     },
 }
 if CELERY_BROKER_URL.startswith("filesystem"):

@@ -72,15 +72,12 @@ def metrics(request: HttpRequest) -> HttpResponse:
     """Prometheus text format. With PROMETHEUS_MULTIPROC_DIR set (gunicorn workers, Celery
     processes), the sum over every process that wrote there; with LEDGER_METRICS_TOKEN set,
     only for `Authorization: Bearer <token>`."""
-    from reconciliation.health import refresh_sweep_gauge
-
     if not _metrics_authorised(request):
         response = HttpResponse("Metrics need the bearer token.\n", status=401,
                                 content_type="text/plain")
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response
-    refresh_gauges()
-    refresh_sweep_gauge()
+    refresh_gauges()  # ledger_sweep_last_finished_timestamp_seconds among them
     if settings.PROMETHEUS_MULTIPROC_DIR:
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, path=settings.PROMETHEUS_MULTIPROC_DIR)

@@ -79,14 +79,29 @@ class OperationEventInline(admin.TabularInline):
 
 @admin.register(Operation)
 class OperationAdmin(admin.ModelAdmin):
-    list_display = ["operation_id", "tool", "status", "provider", "value_display", "subject",
-                    "agent", "attempts", "created_at"]
+    # Fits a 1,280 px screen (see static/css/admin.css: long IDs wrap inside their cell).
+    list_display = ["operation_id", "tool_name", "status", "value", "subject", "agent_name",
+                    "created_at"]
     list_filter = ["status", "execution", "tool", "provider"]
-    search_fields = ["operation_id", "run_id", "subject", "customer_ref", "provider_request_id"]
+    # "^status_token": the short reference a customer quotes is the start of their status link.
+    search_fields = ["operation_id", "run_id", "subject", "customer_ref", "provider_request_id",
+                     "^status_token"]
     list_select_related = ["agent"]
     date_hierarchy = "created_at"
     inlines = [OperationEventInline]
     actions = ["expire_leases"]
+
+    @admin.display(description="tool", ordering="tool")
+    def tool_name(self, operation: Operation) -> str:
+        return operation.tool.replace("_", " ")
+
+    @admin.display(description="value", ordering="value_amount")
+    def value(self, operation: Operation) -> str:
+        return operation.value_display or "—"
+
+    @admin.display(description="agent", ordering="agent__name")
+    def agent_name(self, operation: Operation) -> str:
+        return operation.agent.name
 
     def get_readonly_fields(self, request: HttpRequest, obj: object = None) -> list[str]:
         # Nothing about an operation is edited by hand: status moves only through transitions.

@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
-from ledger import dispatch, metrics, selectors, transitions, versions
+from ledger import dispatch, metrics, selectors, tally, transitions, versions
 from ledger.canonical import CanonicalizationError, params_hash, provider_idempotency_key
 from ledger.identity import identifier_problem, validate_operation_id
 from ledger.models import AgentCredential, Operation
@@ -249,6 +249,7 @@ def _resubmitted(
     # intent may be shown: every credential of a namespace acts for the same service.
     if operation.params_hash != values["params_hash"] or operation.tool != values["tool"]:
         metrics.CONFLICTS.labels(tool.name).inc()
+        tally.count("conflict", tool=tool.name, provider=operation.provider)
         raise ParamsConflict(operation, _differences(operation, values))
     if tool_call_id and tool_call_id not in operation.tool_call_ids:
         transitions.operation_note_tool_call(
@@ -264,6 +265,7 @@ def _resubmitted(
 def _existing(operation: Operation, tool: Tool) -> Submission:
     if operation.is_terminal:
         metrics.REPLAYS.labels(tool.name).inc()
+        tally.count("replay", tool=tool.name, provider=operation.provider)
         return Submission(operation, Disposition.REPLAYED)
     if operation.status == S.IN_FLIGHT:
         operation = transitions.operation_expire_lease(operation=operation)
@@ -314,6 +316,7 @@ def send_claimed(claim: transitions.Claim, *, tool: Tool, actor: str = "",
         operation.params = dict(params)
     adapter = tool.adapter
     outcome = adapter.send(operation, key=operation.idempotency_key, timeout=request_timeout(tool))
+    metrics.count_send_outcome(operation.provider, outcome)
     return persist_outcome_retrying(claim, outcome, actor=actor or f"worker:{worker_name()}")
 
 

@@ -6,6 +6,8 @@ from typing import Any
 from django.db import models
 from django.db.models import Q
 
+from ledger.money import format_money
+
 
 def new_status_token() -> str:
     # The customer's status link: 256 bits, so it cannot be guessed or enumerated.
@@ -177,6 +179,21 @@ class Operation(models.Model):
                 name="operation_ns_run_open_idx",
                 condition=Q(status__in=["prepared", "in_flight", "unknown"]),
             ),
+            # The operators' overview: unresolved rows by status, tool and provider (and the
+            # in_flight/unknown/near-retention figures among them), read without touching the
+            # terminal rows that make up nearly all of the table.
+            models.Index(
+                fields=["status", "tool", "provider"],
+                name="operation_unresolved_idx",
+                condition=Q(status__in=["prepared", "in_flight", "unknown"]),
+            ),
+            # The operations explorer: newest first, keyset pagination and time ranges.
+            models.Index(fields=["created_at", "id"], name="operation_created_idx"),
+            # The explorer's search by customer reference and by provider reference.
+            models.Index(fields=["customer_ref"], name="operation_customer_ref_idx",
+                         condition=~Q(customer_ref="")),
+            models.Index(fields=["provider_request_id"], name="operation_provider_ref_idx",
+                         condition=~Q(provider_request_id="")),
         ]
 
     def __str__(self) -> str:
@@ -195,7 +212,7 @@ class Operation(models.Model):
     def value_display(self) -> str:
         if self.value_amount is None:
             return ""
-        return f"{self.value_amount / 100:,.2f} {self.value_currency}"
+        return format_money(self.value_amount, self.value_currency)
 
 
 class AppendOnlyError(Exception):

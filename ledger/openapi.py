@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Mapping
 import re
 import unicodedata
+from collections.abc import Mapping
 from typing import Any
 
 from ledger.executor import HIDDEN_CATEGORIES

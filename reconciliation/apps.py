@@ -8,6 +8,4 @@ class ReconciliationConfig(AppConfig):
     verbose_name = "Reconciliation"
 
     def ready(self) -> None:
-        from reconciliation import health, receivers  # noqa: F401
-
-        health.connect_signals()
+        from reconciliation import receivers  # noqa: F401

@@ -1,9 +1,10 @@
-"""Is reconciliation running? Every periodic sweep records when it last finished; /readyz
-needs each within three sweep intervals, and Prometheus sees the times as
-ledger_sweep_last_finished_timestamp_seconds{sweep=…}.
+"""Is reconciliation running? /readyz needs every periodic sweep to have finished within
+three sweep intervals.
 
-Recorded in the database (one row per sweep), so every web process sees what any worker did,
-on the embedded default as much as with Redis.
+The times are the dashboard's (issue 12): ops.heartbeats records each sweep's finish in the
+database (ops.models.SweepHeartbeat, from a Celery task_postrun receiver), and config.gauges
+exports them as ledger_sweep_last_finished_timestamp_seconds{sweep=…}. In the database, so
+every web process sees what any worker did, on the embedded default as much as with Redis.
 """
 
 from __future__ import annotations
@@ -13,11 +14,8 @@ from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
-from prometheus_client import Gauge
 
-from reconciliation.models import SweepRun
-
-# The beat schedule's tasks (settings.CELERY_BEAT_SCHEDULE), by the name readiness reports.
+# The beat schedule's sweeps readiness waits for (the dashboard's rollup is not one of them).
 SWEEP_TASKS = {
     "reconciliation.tasks.sweep_leases": "leases",
     "reconciliation.tasks.sweep_cases": "cases",
@@ -26,22 +24,21 @@ SWEEP_TASKS = {
 SWEEPS = tuple(SWEEP_TASKS.values())
 STALE_AFTER_INTERVALS = 3
 
-SWEEP_LAST_FINISHED = Gauge(
-    "ledger_sweep_last_finished_timestamp_seconds",
-    "When each periodic sweep last finished (Unix time)", ["sweep"],
-    multiprocess_mode="livemostrecent",
-)
-
 
 def record_sweep_finished(sweep: str, *, at: dt.datetime | None = None) -> None:
-    SweepRun.objects.update_or_create(sweep=sweep,
-                                      defaults={"finished_at": at or timezone.now()})
+    from ops.models import SweepHeartbeat
+
+    SweepHeartbeat.objects.update_or_create(
+        sweep=sweep, defaults={"last_finished_at": at or timezone.now()})
 
 
 def last_sweep_finished_at(sweep: str | None = None) -> dict[str, dt.datetime | None]:
     """{sweep: when it last finished, or None if never}; one sweep's entry when named."""
+    from ops.models import SweepHeartbeat
+
     names = (sweep,) if sweep else SWEEPS
-    found = dict(SweepRun.objects.filter(sweep__in=names).values_list("sweep", "finished_at"))
+    found = dict(SweepHeartbeat.objects.filter(sweep__in=names)
+                 .values_list("sweep", "last_finished_at"))
     return {name: found.get(name) for name in names}
 
 
@@ -55,21 +52,3 @@ def sweeps_health(now: dt.datetime | None = None) -> dict[str, dict[str, Any]]:
         }
         for name, finished in last_sweep_finished_at().items()
     }
-
-
-def refresh_sweep_gauge() -> None:
-    for name, finished in last_sweep_finished_at().items():
-        if finished is not None:
-            SWEEP_LAST_FINISHED.labels(name).set(finished.timestamp())
-
-
-def on_task_success(sender: Any = None, **kwargs: Any) -> None:
-    sweep = SWEEP_TASKS.get(getattr(sender, "name", ""))
-    if sweep:
-        record_sweep_finished(sweep)
-
-
-def connect_signals() -> None:
-    from celery import signals
-
-    signals.task_success.connect(on_task_success, weak=False)

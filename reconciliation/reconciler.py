@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from ledger import executor
+from ledger import executor, metrics
 from ledger import transitions as ledger_transitions
 from ledger.models import Operation
 from ledger.providers.base import (
@@ -263,8 +263,10 @@ def send_same_key(claim: ledger_transitions.Claim, tool: Tool,
     operation = claim.operation
     if not operation.idempotency_key:
         raise RuntimeError(f"operation {operation.operation_id} has no stored key")
-    return adapter.send(operation, key=operation.idempotency_key,
-                        timeout=executor.request_timeout(tool))
+    outcome = adapter.send(operation, key=operation.idempotency_key,
+                           timeout=executor.request_timeout(tool))
+    metrics.count_send_outcome(operation.provider, outcome)
+    return outcome
 
 
 def persist_resend(*, case: Case, claim: ledger_transitions.Claim, outcome: SendOutcome,

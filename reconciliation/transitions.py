@@ -389,18 +389,3 @@ def case_record_evidence(
         outcome=outcome, actor=actor[:200], created_by=user,
     )
 
-
-# --- services a person's actions call (provider I/O: they live in reconciliation.services) ----
-
-def case_check_now(*, case: Case, actor: str, user: Any = None) -> Evidence:
-    """One lookup now, kept as evidence; see reconciliation.services.case_check_now."""
-    from reconciliation import services
-
-    return services.case_check_now(case=case, actor=actor, user=user)
-
-
-def case_resend_same_key(*, case: Case, actor: str, user: Any = None) -> Evidence:
-    """A person's same-key re-send; see reconciliation.services.case_resend_same_key."""
-    from reconciliation import services
-
-    return services.case_resend_same_key(case=case, actor=actor, user=user)

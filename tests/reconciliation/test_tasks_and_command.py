@@ -22,13 +22,14 @@ def test_beat_runs_both_sweeps_and_the_unsent_sweep_at_the_sweep_interval():
     by_task = {entry["task"]: entry for entry in schedule.values()}
     sweeps = {"reconciliation.tasks.sweep_leases", "reconciliation.tasks.sweep_cases",
               "ledger.tasks.retry_unsent_operations", "ledger.tasks.sweep_webhooks"}
-    # Besides the sweeps, beat runs the hourly retention job (tests/trust/test_retention.py).
-    assert set(by_task) == sweeps | {"ledger.tasks.redact_expired_params"}
-    for task in sweeps:
-        entry = by_task[task]
+    # Plus the dashboard's counters (ops.rollup) and the hourly retention job
+    # (tests/trust/test_retention.py), each on its own interval.
+    assert set(by_task) == sweeps | {"ops.tasks.rollup_stats", "ledger.tasks.redact_expired_params"}
+    for entry in (by_task[name] for name in sweeps):
         assert entry["schedule"] == settings.LEDGER_SWEEP_INTERVAL_SECONDS
         assert entry["options"]["expires"] >= settings.LEDGER_SWEEP_INTERVAL_SECONDS
     import ledger.tasks  # noqa: F401  (the worker imports both through autodiscovery)
+    import ops.tasks  # noqa: F401
 
     assert set(by_task) <= set(celery_app.tasks)
     assert celery_app.conf.beat_schedule == schedule  # Celery reads it, no database scheduler

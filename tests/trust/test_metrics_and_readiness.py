@@ -14,8 +14,8 @@ import pytest
 from django.utils import timezone
 
 from config.celery import app
+from ops.models import SweepHeartbeat
 from reconciliation import health
-from reconciliation.models import SweepRun
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -140,7 +140,7 @@ def test_the_sweep_gauge_reports_each_sweeps_last_finish(client, db):
             f'{at.timestamp():.9e}' in body
             or f'ledger_sweep_last_finished_timestamp_seconds{{sweep="cases"}} {at.timestamp()}'
             in body)
-    assert SweepRun.objects.count() == 1
+    assert SweepHeartbeat.objects.count() == 1
 
 
 @pytest.mark.parametrize("sweep", ["leases", "cases"])

@@ -26,7 +26,7 @@ def personal_namespaces(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("ledger", "0004_client_execution_webhooks"),
+        ("ledger", "0005_ops_indexes"),
     ]
 
     operations = [
