@@ -16,7 +16,8 @@ from ops.figures import now_figures
 def Gauge(*args: Any, **kwargs: Any) -> _Gauge:  # noqa: N802  (a Gauge, as the code reads)
     """Computed at scrape time: in prometheus_client's multiprocess mode each is exported once,
     as the value the latest scrape computed, not once per process (issue 11)."""
-    return _Gauge(*args, multiprocess_mode="livemostrecent", **kwargs)
+    kwargs.setdefault("multiprocess_mode", "livemostrecent")
+    return _Gauge(*args, **kwargs)
 
 IN_FLIGHT_PAST_LEASE = Gauge("ledger_in_flight_past_lease", "in_flight rows past their lease")
 UNKNOWN_PAST_SLA = Gauge("ledger_unknown_past_sla",
