@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -42,10 +43,19 @@ def main() -> int:
     parser.add_argument("--no-seed", action="store_true", help="skip the demo data")
     args = parser.parse_args()
 
-    var = ROOT / "var"
+    var = Path(os.environ.get("LEDGER_VAR_DIR", ROOT / "var"))  # as config.settings reads it
     for folder in (var / "broker" / "out", var / "broker" / "processed"):
         folder.mkdir(parents=True, exist_ok=True)
+    # Metrics of every process (web, Celery worker and its children) in one directory, which
+    # must start empty: a previous run's files would be counted again.
+    metrics_dir = var / "prometheus"
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    metrics_dir.mkdir(parents=True)
+    # Per-request and per-task logs go to files, so the console keeps the banner and links.
+    logs = var / "log"
+    logs.mkdir(parents=True, exist_ok=True)
     env = os.environ | {
+        "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
         "DJANGO_SETTINGS_MODULE": "config.settings",
         "SANDBOX_URL": f"http://127.0.0.1:{args.sandbox_port}",
         "SANDBOX_SMTP_PORT": str(args.sandbox_smtp_port),
@@ -60,8 +70,11 @@ def main() -> int:
     children: list[tuple[str, subprocess.Popen[bytes]]] = []
 
     def start(name: str, command: list[str], child_env: dict[str, str]) -> None:
-        print(f"[run] starting {name}: {' '.join(command)}", flush=True)
-        children.append((name, subprocess.Popen(command, cwd=ROOT, env=child_env)))
+        log_path = logs / f"{name}.log"
+        print(f"[run] starting {name} (log: {log_path})", flush=True)
+        with log_path.open("ab") as log:
+            children.append((name, subprocess.Popen(command, cwd=ROOT, env=child_env,
+                                                    stdout=log, stderr=subprocess.STDOUT)))
 
     def stop_all(*_: object) -> None:
         for _name, process in reversed(children):
@@ -90,13 +103,20 @@ def main() -> int:
                          "--schedule", str(var / "celerybeat-schedule")], env)
         start("web", [*manage, "runserver", f"127.0.0.1:{args.port}", "--noreload"], env)
         wait_for(f"http://127.0.0.1:{args.port}/healthz")
+        base = f"http://127.0.0.1:{args.port}"
         if not args.no_seed:
-            subprocess.run([*manage, "seed_demo"], cwd=ROOT, env=env, check=True)
-        print(f"\n[run] Agent Ledger is up: http://127.0.0.1:{args.port}/  (Ctrl-C stops all)\n",
-              flush=True)
+            # Its own provider calls are logged at INFO: only warnings reach the console.
+            subprocess.run([*manage, "seed_demo", "--base-url", base], cwd=ROOT,
+                           env=env | {"LOG_LEVEL": "WARNING"}, check=True)
+        print(f"\n[run] Agent Ledger is up: {base}/  (Ctrl-C stops all)\n"
+              f"[run] review queue {base}/review/ · admin {base}/admin/ · API docs "
+              f"{base}/api/docs/ · metrics {base}/metrics\n"
+              f"[run] logs: tail -f {logs / 'web.log'} {logs / 'worker.log'}\n", flush=True)
         while True:
             for name, process in children:
                 if process.poll() is not None:
+                    tail = (logs / f"{name}.log").read_text(errors="replace").splitlines()[-20:]
+                    print("\n".join(tail), flush=True)
                     print(f"[run] {name} exited with {process.returncode}; stopping", flush=True)
                     return 1
             time.sleep(0.5)
@@ -105,6 +125,7 @@ def main() -> int:
         return 0
     finally:
         stop_all()
+        shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,18 @@ deploy/prometheus/alerts.yml and a banner on /ops/ always agree.
 
 from __future__ import annotations
 
-from prometheus_client import Gauge
+from typing import Any
+
+from prometheus_client import Gauge as _Gauge
 
 from ops.figures import now_figures
+
+
+def Gauge(*args: Any, **kwargs: Any) -> _Gauge:  # noqa: N802  (a Gauge, as the code reads)
+    """Computed at scrape time: in prometheus_client's multiprocess mode each is exported once,
+    as the value the latest scrape computed, not once per process (issue 11)."""
+    kwargs.setdefault("multiprocess_mode", "livemostrecent")
+    return _Gauge(*args, **kwargs)
 
 IN_FLIGHT_PAST_LEASE = Gauge("ledger_in_flight_past_lease", "in_flight rows past their lease")
 UNKNOWN_PAST_SLA = Gauge("ledger_unknown_past_sla",

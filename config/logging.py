@@ -10,7 +10,20 @@ import json
 import logging
 from datetime import UTC, datetime
 
-CONTEXT_FIELDS = ("operation_id", "provider", "outcome", "case_id", "fencing_token", "task_id")
+CONTEXT_FIELDS = (
+    "request_id", "operation_id", "provider", "outcome", "case_id", "fencing_token", "task_id",
+)
+
+
+class RequestIdFilter(logging.Filter):
+    """Puts the current request ID (config.request_id) on every record a handler writes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from config.request_id import current_request_id
+
+        if getattr(record, "request_id", None) is None:
+            record.request_id = current_request_id.get()
+        return True
 
 
 class JsonFormatter(logging.Formatter):

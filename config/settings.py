@@ -103,8 +103,11 @@ def sqlite_database(path: Path) -> dict[str, object]:
 
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
-_DEV_SECRET = "dev-only-insecure-secret-key-change-me-in-production-0123456789"
-SECRET_KEY = env_str("DJANGO_SECRET_KEY", _DEV_SECRET)
+DEVELOPMENT_SECRET_KEY = "dev-only-insecure-secret-key-change-me-in-production-0123456789"
+# Unset means the development key; with LEDGER_PRODUCTION on, an empty, short or development
+# key is an error of `manage.py check --deploy` (config.checks) and stops the WSGI app.
+SECRET_KEY_GIVEN = os.environ.get("DJANGO_SECRET_KEY")  # None when unset, "" when empty
+SECRET_KEY = SECRET_KEY_GIVEN or DEVELOPMENT_SECRET_KEY
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
 
@@ -126,6 +129,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "config.request_id.RequestIdMiddleware",
+    "config.middleware.UnusablePathMiddleware",
+    "config.middleware.LoadSheddingMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
@@ -219,8 +225,6 @@ X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
 # LEDGER_PRODUCTION=true switches every transport-security default on (behind TLS).
 PRODUCTION = env_bool("LEDGER_PRODUCTION", False)
-if PRODUCTION and SECRET_KEY == _DEV_SECRET:
-    raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when LEDGER_PRODUCTION is on")
 SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", PRODUCTION)
 SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", PRODUCTION)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
@@ -236,6 +240,9 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_THROTTLE_CLASSES": ["ledger.auth.AgentRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"agent": env_str("LEDGER_AGENT_RATE", "600/min")},
+    # Proxies in front of the service that append to X-Forwarded-For: 0 trusts only the
+    # connection's address, so a client cannot pick its own address for the throttles.
+    "NUM_PROXIES": env_int("LEDGER_NUM_PROXIES", 0),
     "EXCEPTION_HANDLER": "ledger.api_support.problem_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
@@ -251,6 +258,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "ledger.openapi.postprocess",
+    ],
 }
 
 # --- The ledger ---------------------------------------------------------------------------
@@ -270,6 +281,28 @@ LEDGER_RETRY_AFTER_SECONDS = env_int("LEDGER_RETRY_AFTER_SECONDS", 5)
 # made elsewhere take effect within this many seconds; in the same process at once.
 LEDGER_CREDENTIAL_CACHE_SECONDS = env_float("LEDGER_CREDENTIAL_CACHE_SECONDS", 2.0)
 LEDGER_PUBLIC_BASE_URL = env_str("LEDGER_PUBLIC_BASE_URL", "")
+# How long the executor keeps retrying (fresh connection, short backoff) to persist an outcome
+# the provider has given when the database is unreachable, before answering 503.
+LEDGER_PERSIST_RETRY_SECONDS = env_float("LEDGER_PERSIST_RETRY_SECONDS", 10.0)
+# Load shedding (config.middleware.LoadSheddingMiddleware): requests running at once per
+# process (0 turns it off), and the longest a request may wait — for a slot, or in a proxy's
+# queue per its X-Request-Start stamp — before it is answered 503 overloaded.
+LEDGER_MAX_CONCURRENT_REQUESTS = env_int("LEDGER_MAX_CONCURRENT_REQUESTS", 16)
+LEDGER_MAX_QUEUE_WAIT_SECONDS = env_float("LEDGER_MAX_QUEUE_WAIT_SECONDS", 1.0)
+LEDGER_OVERLOAD_RETRY_AFTER_SECONDS = env_int("LEDGER_OVERLOAD_RETRY_AFTER_SECONDS", 2)
+# Operations: /metrics and /readyz.
+# prometheus_client's multiprocess mode: every gunicorn worker and Celery process writes its
+# metrics there and /metrics sums them. Must be set (and emptied) before the processes start.
+PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+# When set, /metrics answers only `Authorization: Bearer <token>`.
+LEDGER_METRICS_TOKEN = env_str("LEDGER_METRICS_TOKEN", "")
+LEDGER_READYZ_TIMEOUT_SECONDS = env_int("LEDGER_READYZ_TIMEOUT_SECONDS", 2)
+# Personal data: free-text and secret params of terminal operations are blanked this many days
+# after they were resolved (ledger.retention, run by beat every LEDGER_RETENTION_SWEEP_SECONDS).
+LEDGER_PARAMS_RETENTION_DAYS = env_int("LEDGER_PARAMS_RETENTION_DAYS", 30)
+LEDGER_RETENTION_SWEEP_SECONDS = env_float("LEDGER_RETENTION_SWEEP_SECONDS", 3600.0)
+# Failed authentications one client address may make before it gets 429 (see ledger.auth).
+LEDGER_AUTH_FAILURE_RATE = env_str("LEDGER_AUTH_FAILURE_RATE", "30/min")
 # Long-poll (GET …?wait=N): first re-check after this long, then doubling up to the ceiling.
 LEDGER_LONG_POLL_FIRST_INTERVAL_SECONDS = env_float("LEDGER_LONG_POLL_FIRST_INTERVAL_SECONDS",
                                                     0.1)
@@ -340,10 +373,12 @@ LOGGING = {
             "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
         },
     },
+    "filters": {"request_id": {"()": "config.logging.RequestIdFilter"}},
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": env_str("LOG_FORMAT", "json" if PRODUCTION else "text"),
+            "filters": ["request_id"],
         }
     },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
@@ -395,6 +430,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "reconciliation.tasks.sweep_cases",
         "schedule": LEDGER_SWEEP_INTERVAL_SECONDS,
         "options": {"expires": max(LEDGER_SWEEP_INTERVAL_SECONDS, 1.0)},
+    },
+    # Retention of personal data (ledger.retention).
+    "ledger-redact-expired-params": {
+        "task": "ledger.tasks.redact_expired_params",
+        "schedule": LEDGER_RETENTION_SWEEP_SECONDS,
+        "options": {"expires": LEDGER_RETENTION_SWEEP_SECONDS},
     },
     # Webhook deliveries that are due: retries after their backoff, and any whose worker died
     # or whose enqueue-on-commit message was lost.

@@ -25,3 +25,6 @@ urlpatterns = [
     path("readyz", views.readyz, name="readyz"),
     path("metrics", views.metrics, name="metrics"),
 ]
+
+# Every 5xx the API gives is application/problem+json (other pages keep Django's own).
+handler500 = "config.views.server_error"

@@ -1,4 +1,5 @@
-"""Production WSGI server settings for the ledger (gunicorn), the ones bench/peers.py measures.
+"""Production WSGI server settings for the ledger (gunicorn), the ones bench/peers.py measures,
+and process management (the whole process group stops and restarts together).
 
     .venv/bin/gunicorn -c deploy/gunicorn.conf.py config.wsgi
 
@@ -24,9 +25,15 @@ Why these values:
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import multiprocessing
 import os
+import signal
+import sys
+from typing import Any
 
+# --- Performance tuning ----------------------------------------------------------------------
 
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(f"GUNICORN_{name.upper()}", "")
@@ -48,3 +55,37 @@ max_requests_jitter = _env_int("max_requests_jitter", 2_000)
 accesslog = os.environ.get("GUNICORN_ACCESSLOG") or None
 errorlog = "-"
 loglevel = os.environ.get("GUNICORN_LOGLEVEL", "warning")
+
+
+# --- Process management ----------------------------------------------------------------------
+# The whole process group stops and restarts together:
+# - systemd runs the master with KillMode=control-group (deploy/systemd/agent-ledger-web.service),
+#   so `systemctl stop/restart` signals every worker too, not just the master;
+# - each worker asks the kernel for SIGTERM the moment its master dies (PR_SET_PDEATHSIG, see
+#   post_fork), so a master killed with SIGKILL leaves no orphaned workers holding the port
+#   (gunicorn's own check — workers compare os.getppid() with the master's pid — only runs
+#   between requests and after the worker's wait timeout, which left orphans serving for 89 s);
+# - the listen socket is not inherited by anything else, so a restart binds at once.
+proc_name = "agent-ledger-web"
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_the_master(master_pid: int) -> None:
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != master_pid:  # the master died before the request was registered
+        os._exit(0)
+
+
+def post_fork(server: Any, worker: Any) -> None:
+    _die_with_the_master(server.pid)
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    # prometheus_client multiprocess mode: drop the dead worker's live gauges.
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)

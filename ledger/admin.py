@@ -3,12 +3,13 @@ from __future__ import annotations
 from typing import cast
 
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 
 from ledger import auth, transitions, webhooks
 from ledger.models import (
     AgentCredential,
+    Namespace,
     Operation,
     OperationEvent,
     WebhookAttempt,
@@ -18,14 +19,40 @@ from ledger.models import (
 )
 
 
+@admin.register(Namespace)
+class NamespaceAdmin(admin.ModelAdmin):
+    """Where operation IDs are unique. Group a fleet's credentials by choosing the same
+    namespace for them (here, or `manage.py create_agent NAME --namespace FLEET`)."""
+
+    list_display = ["name", "description", "credential_count", "created_at"]
+    search_fields = ["name"]
+    readonly_fields = ["created_at"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Namespace]:
+        return super().get_queryset(request).annotate(_credentials=Count("credentials"))
+
+    @admin.display(description="credentials", ordering="_credentials")
+    def credential_count(self, obj: Namespace) -> int:
+        return getattr(obj, "_credentials", 0)
+
+
 @admin.register(AgentCredential)
 class AgentCredentialAdmin(admin.ModelAdmin):
-    list_display = ["name", "token_prefix", "allowed_tools", "is_active", "created_at",
-                    "last_used_at"]
+    list_display = ["name", "namespace", "token_prefix", "allowed_tools", "is_active",
+                    "created_at", "last_used_at"]
     list_filter = ["is_active"]
-    search_fields = ["name", "token_prefix"]
+    list_select_related = ["namespace"]
+    search_fields = ["name", "token_prefix", "namespace__name"]
     readonly_fields = ["token_prefix", "token_hash", "created_at", "last_used_at", "revoked_at"]
     actions = ["revoke"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: object = None) -> list[str]:
+        fields = list(super().get_readonly_fields(request, obj))
+        # A credential that has recorded operations keeps its namespace: moving it would hide
+        # its operations from it and let their IDs be reused for other intents.
+        if isinstance(obj, AgentCredential) and obj.operations.exists():
+            fields.append("namespace")
+        return fields
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         # Tokens are minted by `manage.py create_agent`, which shows the raw token once.

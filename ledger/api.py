@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlencode
 
+from django.conf import settings
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.request import Request
@@ -23,6 +25,7 @@ from ledger.serializers import (
     OperationSubmitSerializer,
     OutcomeSerializer,
     RunOperationsSerializer,
+    RunPageQuerySerializer,
     ToolListSerializer,
     ToolSerializer,
     operation_resource,
@@ -54,6 +57,23 @@ def _pending_headers(operation: Operation, request: Request) -> dict[str, str]:
     }
 
 
+OUTCOME_NOT_RECORDED_DETAIL = (
+    "The request reached the provider, but the ledger could not record its answer yet "
+    "(its database is unavailable). Do not retry with a new operation ID: the action may "
+    "have happened. Poll the Location, or submit the same request again with the same "
+    "operation ID after Retry-After seconds; the ledger finds out what happened."
+)
+
+
+def outcome_not_recorded(request: Request, operation_id: str) -> Response:
+    return problem(
+        503, title="Outcome not recorded yet", code="outcome_not_recorded",
+        detail=OUTCOME_NOT_RECORDED_DETAIL, extra={"operation_id": operation_id},
+        headers={
+            "Location": request.build_absolute_uri(f"/api/v1/operations/{operation_id}"),
+            "Retry-After": str(settings.LEDGER_RETRY_AFTER_SECONDS),
+        },
+    )
 def _not_found() -> Response:
     return problem(404, title="Not found", detail="No such operation.", code="not_found")
 
@@ -109,6 +129,8 @@ class OperationSubmitApi(APIView):
         except executor.ToolNotAllowed as exc:
             return problem(403, title="Tool not allowed", detail=str(exc),
                            code="tool_not_allowed")
+        except executor.OutcomeNotPersisted:
+            return outcome_not_recorded(request, data["operation_id"])
         except executor.ParamsConflict as exc:
             return problem(
                 422, title="Operation ID reused with different intent", code="params_conflict",
@@ -217,19 +239,56 @@ class OperationOutcomeApi(APIView):
         return _resource(current, request, status_code=200, headers=_retry_after(current))
 
 
+RUN_PAGE_DEFAULT = 50
+RUN_PAGE_MAX = 200
+
+
+def encode_run_cursor(last_pk: int) -> str:
+    """The keyset cursor: opaque to clients (they follow `next`), `v1.<last row's key>`."""
+    return f"v1.{last_pk}"
+
+
+def decode_run_cursor(cursor: str) -> int:
+    return int(cursor.removeprefix("v1."))  # the serializer has checked RUN_CURSOR_PATTERN
+
+
 class RunOperationsApi(APIView):
-    @extend_schema(responses={200: RunOperationsSerializer},
-                   summary="A run's operations in order, and the first unresolved one")
+    @extend_schema(
+        parameters=[RunPageQuerySerializer],
+        responses={200: RunOperationsSerializer},
+        summary="A run's operations in order (one page), and the first unresolved one",
+        description=(
+            "Pages are bounded (`limit`, default 50, at most 200) and keyset-paginated: follow "
+            "`next` until it is null. `count` is the number of operations in this page. "
+            "`first_unresolved` is the run's first operation that is not terminal, on every "
+            "page, found without reading the run."
+        ),
+    )
     def get(self, request: Request, run_id: str) -> Response:
-        operations = list(selectors.operation_list_for_run(agent=request_agent(request),
-                                                            run_id=run_id))
-        first_unresolved = next((op for op in operations if not op.is_terminal), None)
+        # A plain dict: DRF reads an empty form value of an optional field as "not given".
+        page_query = RunPageQuerySerializer(data=request.query_params.dict())
+        page_query.is_valid(raise_exception=True)
+        limit: int = page_query.validated_data["limit"]
+        after = page_query.validated_data.get("after")
+        agent = request_agent(request)
+        rows = selectors.operation_list_for_run(agent=agent, run_id=run_id)
+        if after:
+            rows = rows.filter(pk__gt=decode_run_cursor(after))
+        page = list(rows[: limit + 1])
+        more = len(page) > limit
+        page = page[:limit]
+        first_unresolved = selectors.operation_first_unresolved_in_run(agent=agent, run_id=run_id)
+        next_url = None
+        if more:
+            query = urlencode({"limit": limit, "after": encode_run_cursor(page[-1].pk)})
+            next_url = request.build_absolute_uri(f"{request.path}?{query}")
         return Response({
             "run_id": run_id,
-            "count": len(operations),
-            "operations": operation_resources(operations, request=request),
+            "count": len(page),
+            "operations": operation_resources(page, request=request),
             "first_unresolved": operation_resource(first_unresolved, request=request)
             if first_unresolved else None,
+            "next": next_url,
         })
 
 

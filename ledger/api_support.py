@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.parsers import BaseParser
@@ -29,6 +30,43 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# Deeper than any request this API takes; refused before anything walks it recursively.
+MAX_JSON_DEPTH = 32
+
+
+def _text_problem(text: str) -> str | None:
+    if "\x00" in text:
+        return "contains a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone surrogate (not valid Unicode text)"
+    return None
+
+
+def check_json_document(document: Any) -> None:
+    """Refuse what JSON allows but no field of this API can hold: nesting deeper than
+    MAX_JSON_DEPTH, NUL characters and lone surrogates (\\ud800) in any key or string.
+    Iterative, so a hostile document cannot exhaust the stack."""
+    stack: list[tuple[Any, int, str]] = [(document, 1, "")]
+    while stack:
+        value, depth, path = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise exceptions.ParseError(f"JSON is nested deeper than {MAX_JSON_DEPTH} levels.")
+        if isinstance(value, str):
+            problem = _text_problem(value)
+            if problem:
+                raise exceptions.ParseError(f"The string at '{path or '/'}' {problem}.")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                problem = _text_problem(key)
+                if problem:
+                    raise exceptions.ParseError(f"A key in '{path or '/'}' {problem}.")
+                stack.append((item, depth + 1, f"{path}/{key}"))
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1, f"{path}/{i}") for i, item in enumerate(value))
+
+
 class StrictJSONParser(BaseParser):
     """JSON with no NaN/Infinity, floats kept as Decimal so validation can refuse them for
     money instead of silently rounding, and a body size limit DRF does not apply itself."""
@@ -41,11 +79,16 @@ class StrictJSONParser(BaseParser):
         if len(raw) > limit:
             raise PayloadTooLarge(f"Request body is larger than {limit} bytes.")
         try:
-            return json.loads(
+            document = json.loads(
                 raw.decode("utf-8"), parse_float=Decimal, parse_constant=_reject_constant
             )
+        except RecursionError:
+            raise exceptions.ParseError(
+                f"JSON is nested deeper than {MAX_JSON_DEPTH} levels.") from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise exceptions.ParseError(f"Malformed JSON: {exc}") from None
+        check_json_document(document)
+        return document
 
 
 class DomainProblem(exceptions.APIException):
@@ -80,6 +123,15 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         return problem(exc.status_code, title=exc.title, detail=str(exc.detail),
                        code=codes if isinstance(codes, str) else "error",
                        extra=exc.extra)
+    if isinstance(exc, OperationalError | InterfaceError):
+        logger.error("database unavailable", exc_info=exc)
+        return problem(
+            503, title="Service unavailable", code="unavailable",
+            detail=("The ledger's database is unavailable. If you submitted an operation, do "
+                    "not retry it under a new operation ID: send the same request again with "
+                    "the same operation ID after Retry-After seconds."),
+            headers={"Retry-After": str(settings.LEDGER_RETRY_AFTER_SECONDS)},
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     response = exception_handler(exc, context)

@@ -8,6 +8,7 @@ class LedgerConfig(AppConfig):
     verbose_name = "Action ledger"
 
     def ready(self) -> None:
+        from config import checks as production_checks  # noqa: F401  (production system checks)
         from ledger import (  # noqa: F401
             checks,  # registers the catalogue checks
             schema,  # registers the OpenAPI auth extension

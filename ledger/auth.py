@@ -12,13 +12,14 @@ from collections.abc import Iterable
 from typing import Any, cast
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions, throttling
 from rest_framework.request import Request
 
-from ledger.models import AgentCredential
+from ledger.models import AgentCredential, Namespace
 
 TOKEN_PREFIX_LENGTH = 8
 # Writing last_used_at on every request would turn every replay into a write.
@@ -30,12 +31,19 @@ def hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def agent_create(*, name: str, tools: Iterable[str]) -> tuple[AgentCredential, str]:
-    """Create a credential; the raw token is returned once and never stored."""
+def agent_create(
+    *, name: str, tools: Iterable[str], namespace: str | None = None
+) -> tuple[AgentCredential, str]:
+    """Create a credential; the raw token is returned once and never stored.
+
+    Without `namespace` the credential gets a namespace of its own; with one, it joins (or
+    starts) that shared namespace, whose credentials share their operation IDs."""
     prefix, raw = _new_token()
-    agent = AgentCredential.objects.create(
-        name=name, token_prefix=prefix, token_hash=hash_token(raw), allowed_tools=sorted(tools)
-    )
+    agent = AgentCredential(
+        name=name, token_prefix=prefix, token_hash=hash_token(raw), allowed_tools=sorted(tools))
+    if namespace:
+        agent.namespace = Namespace.objects.get_or_create(name=namespace)[0]
+    agent.save()  # without a namespace: one of its own (AgentCredential.save)
     return agent, raw
 
 
@@ -122,6 +130,38 @@ def agent_for_token(raw: str) -> AgentCredential | None:
     return agent
 
 
+class FailedAuthenticationThrottle:
+    """Failed authentications per client address, in the shared cache (Redis with CACHE_URL,
+    so every web process counts together; the process-local cache otherwise). An address
+    that failed LEDGER_AUTH_FAILURE_RATE times in the window gets 429 with Retry-After for
+    every credential until the window has passed — before its token is even looked up."""
+
+    cache_format = "ledger:authfail:%s"
+
+    def __init__(self) -> None:
+        number, period = str(settings.LEDGER_AUTH_FAILURE_RATE).split("/")
+        self.num_requests = int(number)
+        self.duration = {"s": 1, "m": 60, "h": 3600, "d": 86400}[period[0]]
+
+    def _key(self, request: Request) -> str:
+        return self.cache_format % throttling.BaseThrottle().get_ident(request)
+
+    def wait(self, request: Request) -> float | None:
+        """Seconds until the address may try again, or None when it may try now."""
+        now = time.time()
+        history = [t for t in cache.get(self._key(request), []) if t > now - self.duration]
+        if len(history) < self.num_requests:
+            return None
+        return max(history[0] + self.duration - now, 1.0)
+
+    def record_failure(self, request: Request) -> None:
+        now = time.time()
+        key = self._key(request)
+        history = [t for t in cache.get(key, []) if t > now - self.duration]
+        history.append(now)
+        cache.set(key, history[-self.num_requests:], self.duration)
+
+
 class AgentTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
@@ -129,11 +169,18 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
         header = authentication.get_authorization_header(request).decode("latin-1")
         if not header:
             return None
+        failures = FailedAuthenticationThrottle()
+        wait = failures.wait(request)
+        if wait is not None:
+            raise exceptions.Throttled(wait=wait, detail=(
+                "Too many failed authentications from this address; try again later."))
         scheme, _, raw = header.partition(" ")
         if scheme != self.keyword or not raw.strip():
+            failures.record_failure(request)
             raise exceptions.AuthenticationFailed("Use 'Authorization: Bearer <agent token>'.")
         agent = agent_for_token(raw.strip())
         if agent is None:
+            failures.record_failure(request)
             # Never echo the token back, not even in part.
             raise exceptions.AuthenticationFailed("Invalid or revoked agent token.")
         return agent, raw

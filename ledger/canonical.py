@@ -58,8 +58,12 @@ def params_hash(tool_name: str, intent: Mapping[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
-def provider_idempotency_key(*, operation_id: str, params_hash: str) -> str:
+def provider_idempotency_key(*, operation_id: str, params_hash: str, namespace: str = "") -> str:
     # Derived from the stored row, never random: every retry, process and worker that sends this
-    # operation sends the same key. A new version of the intent (…:v2) gets a new key.
-    digest = hashlib.sha256(f"agent-ledger:v1\n{operation_id}\n{params_hash}".encode()).hexdigest()
+    # operation sends the same key. A new version of the intent (…:v2) gets a new key, and the
+    # same operation ID in two namespaces gets two keys (the key is stored with the row).
+    material = f"agent-ledger:v1\n{operation_id}\n{params_hash}"
+    if namespace:
+        material += f"\nnamespace:{namespace}"
+    digest = hashlib.sha256(material.encode()).hexdigest()
     return f"al_{digest[:40]}"

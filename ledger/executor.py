@@ -13,16 +13,19 @@ import enum
 import logging
 import os
 import socket
+import time
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
 from ledger import dispatch, metrics, selectors, tally, transitions, versions
 from ledger.canonical import CanonicalizationError, params_hash, provider_idempotency_key
-from ledger.identity import validate_operation_id
+from ledger.identity import identifier_problem, validate_operation_id
 from ledger.models import AgentCredential, Operation
 from ledger.providers.base import Confirmed, NotSent, Rejected, SendOutcome, Unknown
 from ledger.tools import Tool, UnknownTool, get_tool, tool_of
@@ -52,6 +55,17 @@ class ParamsConflict(SubmissionError):
         super().__init__("operation ID already used with different intent params")
         self.operation = operation
         self.differences = differences
+
+
+class OutcomeNotPersisted(Exception):
+    """The provider answered but the database would not take the outcome within the short
+    retry window. The operation stays in_flight under its lease; the reconciler finds the
+    outcome with the same key when the lease expires."""
+
+    def __init__(self, operation: Operation, outcome: SendOutcome) -> None:
+        super().__init__(f"outcome of {operation.operation_id} not persisted")
+        self.operation = operation
+        self.outcome = outcome
 
 
 class Disposition(enum.StrEnum):
@@ -84,6 +98,13 @@ def _validated(tool_name: str, params: Any, agent: AgentCredential,
     errors = tool.validate(params)
     if errors:
         raise InvalidSubmission({f"params.{k}": v for k, v in errors.items()})
+    hidden = {
+        f"params.{name}": HIDDEN_CHARACTERS_MESSAGE
+        for name in tool.intent_fields
+        if isinstance(params.get(name), str) and has_hidden_characters(params[name])
+    }
+    if hidden:
+        raise InvalidSubmission(hidden)
     if not client and not tool.adapter.capabilities.can_send:
         raise InvalidSubmission({"tool": f"{tool.name} is executed by the client; the ledger "
                                          "has no connector that can send it (submit it with "
@@ -91,6 +112,23 @@ def _validated(tool_name: str, params: Any, agent: AgentCredential,
     # Once per version and process: a used version's schema must not have changed.
     versions.ensure_recorded(tool)
     return tool, dict(params)
+
+
+HIDDEN_CHARACTERS_MESSAGE = (
+    "contains control, invisible or bidirectional formatting characters; intent fields are "
+    "compared exactly, so two values that look the same must be the same"
+)
+# Unicode categories no intent value needs: controls, formatting (zero-width, bidirectional
+# overrides and isolates, the BOM), surrogates, line and paragraph separators. The OpenAPI
+# document publishes the same set as a pattern (ledger.openapi).
+HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def has_hidden_characters(text: str) -> bool:
+    """Intent fields are refused, not normalised, when they hold characters that render as
+    nothing (or reorder the text around them): `cus_123` and `cus_\u200b123` look identical
+    but would hash differently and name different payees."""
+    return any(unicodedata.category(char) in HIDDEN_CATEGORIES for char in text)
 
 
 def _intent_and_hash(tool: Tool, params: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -103,11 +141,12 @@ def _intent_and_hash(tool: Tool, params: dict[str, Any]) -> tuple[dict[str, Any]
 
 def _row_values(
     *, tool: Tool, operation_id: str, params: dict[str, Any], run_id: str, tool_call_id: str,
-    customer_ref: str, intent: dict[str, Any], digest: str,
+    customer_ref: str, intent: dict[str, Any], digest: str, namespace_id: int,
 ) -> dict[str, Any]:
     value = tool.value(params)
     return {
         "operation_id": operation_id,
+        "namespace_id": namespace_id,
         "run_id": run_id,
         "tool_call_ids": [tool_call_id] if tool_call_id else [],
         "tool": tool.name,
@@ -116,7 +155,8 @@ def _row_values(
         "intent_params": intent,
         "params": tool.redacted(params),
         "params_hash": digest,
-        "idempotency_key": provider_idempotency_key(operation_id=operation_id, params_hash=digest),
+        "idempotency_key": provider_idempotency_key(
+            operation_id=operation_id, params_hash=digest, namespace=str(namespace_id)),
         "value_amount": value[0] if value else None,
         "value_currency": value[1] if value else "",
         "subject": tool.subject(params)[:200],
@@ -145,10 +185,19 @@ def submit(
         validate_operation_id(operation_id)
     except ValueError as exc:
         raise InvalidSubmission({"operation_id": str(exc)}) from None
-    existing = selectors.operation_lookup(operation_id)
+    # Taken exactly as sent, never trimmed (the API's serializer refuses the same values).
+    refused = {
+        name: problem
+        for name, value in (("run_id", run_id), ("tool_call_id", tool_call_id),
+                            ("customer_ref", customer_ref))
+        if value and (problem := identifier_problem(value))
+    }
+    if refused:
+        raise InvalidSubmission(refused)
+    existing = selectors.operation_lookup(namespace_id=agent.namespace_id,
+                                          operation_id=operation_id)
     # A retry of an operation is judged by the version it was recorded with, not the latest.
-    recorded = existing is not None and existing.agent_id == agent.pk \
-        and existing.tool == tool_name
+    recorded = existing is not None and existing.tool == tool_name
     tool, params = _validated(tool_name, params, agent,
                               existing.tool_version if existing is not None and recorded
                               else None, client=client)
@@ -169,7 +218,7 @@ def submit(
             tool=tool, agent=agent, tool_call_id=tool_call_id, execute=execute, params=params)
     values = _row_values(tool=tool, operation_id=operation_id, params=params, run_id=run_id,
                          tool_call_id=tool_call_id, customer_ref=customer_ref, intent=intent,
-                         digest=digest)
+                         digest=digest, namespace_id=agent.namespace_id)
     if client:
         values["execution"] = Operation.Execution.CLIENT
     worker = worker_name()
@@ -204,11 +253,12 @@ def _resubmitted(
     operation: Operation, *, values: Mapping[str, Any], tool: Tool, agent: AgentCredential,
     tool_call_id: str, execute: bool, params: dict[str, Any],
 ) -> Submission:
-    if operation.agent_id != agent.pk or operation.params_hash != values["params_hash"]:
-        # Another agent's ID is reported as a conflict too, without showing its params.
+    # The row is in the agent's namespace (the lookup and the insert are scoped to it), so its
+    # intent may be shown: every credential of a namespace acts for the same service.
+    if operation.params_hash != values["params_hash"] or operation.tool != values["tool"]:
         metrics.CONFLICTS.labels(tool.name).inc()
         tally.count("conflict", tool=tool.name, provider=operation.provider)
-        raise ParamsConflict(operation, _differences(operation, values, agent))
+        raise ParamsConflict(operation, _differences(operation, values))
     if tool_call_id and tool_call_id not in operation.tool_call_ids:
         transitions.operation_note_tool_call(
             operation=operation, tool_call_id=tool_call_id, actor=f"agent:{agent.name}")
@@ -230,11 +280,7 @@ def _existing(operation: Operation, tool: Tool) -> Submission:
     return Submission(operation, Disposition.PENDING)
 
 
-def _differences(
-    operation: Operation, values: Mapping[str, Any], agent: AgentCredential
-) -> dict[str, dict[str, Any]]:
-    if operation.agent_id != agent.pk:
-        return {"operation_id": {"detail": "already used by another agent"}}
+def _differences(operation: Operation, values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     stored, submitted = operation.intent_params, values["intent_params"]
     names = sorted(set(stored) | set(submitted))
     diff = {
@@ -279,7 +325,40 @@ def send_claimed(claim: transitions.Claim, *, tool: Tool, actor: str = "",
     adapter = tool.adapter
     outcome = adapter.send(operation, key=operation.idempotency_key, timeout=request_timeout(tool))
     metrics.count_send_outcome(operation.provider, outcome)
-    return persist_outcome(claim, outcome, actor=actor or f"worker:{worker_name()}")
+    return persist_outcome_retrying(claim, outcome, actor=actor or f"worker:{worker_name()}")
+
+
+def persist_outcome_retrying(
+    claim: transitions.Claim, outcome: SendOutcome, *, actor: str
+) -> Operation:
+    """Persist the outcome in hand; if the database is unreachable (a restart, a killed
+    connection), retry on a fresh connection with a short backoff for at most
+    LEDGER_PERSIST_RETRY_SECONDS, so the outcome is recorded as soon as the database is back
+    instead of waiting for the lease to expire. Still failing → OutcomeNotPersisted."""
+    deadline = time.monotonic() + settings.LEDGER_PERSIST_RETRY_SECONDS
+    delay = 0.05
+    attempt: transitions.Claim | None = claim
+    while True:
+        try:
+            if attempt is None:
+                # A failed write may have updated our copy before its transaction was rolled
+                # back: retry from the row as stored, with the token this attempt holds.
+                attempt = transitions.Claim(operation=Operation.objects.get(pk=claim.operation.pk),
+                                            fencing_token=claim.fencing_token)
+            return persist_outcome(attempt, outcome, actor=actor)
+        except (OperationalError, InterfaceError) as exc:
+            extra = {"operation_id": claim.operation.operation_id,
+                     "outcome": type(outcome).__name__}
+            if time.monotonic() + delay > deadline:
+                logger.error("outcome not persisted: database unavailable", extra=extra)
+                raise OutcomeNotPersisted(claim.operation, outcome) from exc
+            logger.warning("database unavailable while persisting an outcome; retrying",
+                           extra=extra)
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+            attempt = None
+            if not connection.in_atomic_block:
+                connection.close()  # the next query opens a fresh connection
 
 
 def persist_outcome(claim: transitions.Claim, outcome: SendOutcome, *, actor: str) -> Operation:

@@ -14,10 +14,34 @@ def new_status_token() -> str:
     return secrets.token_urlsafe(32)
 
 
+class Namespace(models.Model):
+    """Where operation IDs are unique. Each credential gets its own namespace unless it is
+    grouped explicitly with others (a fleet of workers of one service shares one), and an
+    agent never learns anything about IDs outside its namespace."""
+
+    name = models.CharField(max_length=100, unique=True)
+    description = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+PERSONAL_NAMESPACE_PREFIX = "agent/"
+
+
 class AgentCredential(models.Model):
     """A bearer token for one agent. Only a hash is stored; the raw token is shown once."""
 
     name = models.CharField(max_length=100, unique=True)
+    namespace = models.ForeignKey(
+        Namespace, on_delete=models.PROTECT, related_name="credentials",
+        help_text="Operation IDs are unique within a namespace; credentials that share one "
+                  "see and replay each other's operations.",
+    )
     token_prefix = models.CharField(max_length=16, unique=True)
     token_hash = models.CharField(max_length=64)
     allowed_tools = models.JSONField(default=list, blank=True)
@@ -35,6 +59,13 @@ class AgentCredential(models.Model):
     # DRF's IsAuthenticated-style checks look at this attribute on request.user.
     is_authenticated = True
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.namespace_id is None:
+            # Not grouped explicitly: a namespace of its own.
+            self.namespace = Namespace.objects.create(
+                name=f"{PERSONAL_NAMESPACE_PREFIX}{self.name}")
+        super().save(*args, **kwargs)
+
     def may_use(self, tool_name: str) -> bool:
         return tool_name in self.allowed_tools
 
@@ -51,9 +82,13 @@ class Operation(models.Model):
 
     # Indexes are few on purpose: every non-HOT update writes an entry into each of them. Each
     # one that remains names the query it serves (Meta.constraints / Meta.indexes below).
+    # Unique within its namespace (operation_unique_in_namespace), not across the ledger.
     operation_id = models.CharField(max_length=200)
-    # No index of its own: nothing filters by agent alone (reads are by operation ID, or by run
-    # through operation_run_idx). Credentials are revoked, never deleted.
+    # No index of its own: operation_unique_in_namespace starts with it.
+    namespace = models.ForeignKey(Namespace, on_delete=models.PROTECT, related_name="operations",
+                                  db_index=False)
+    # No index of its own: operation_agent_created_idx (the explorer's agent filter) starts
+    # with it. Credentials are revoked, never deleted.
     agent = models.ForeignKey(AgentCredential, on_delete=models.PROTECT, related_name="operations",
                               db_index=False)
     run_id = models.CharField(max_length=200, blank=True)  # operation_run_idx covers it
@@ -97,14 +132,17 @@ class Operation(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     sent_at = models.DateTimeField(null=True, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
+    # When the retention job blanked the free-text and secret params (ledger.retention).
+    params_redacted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]
         constraints = [
             # The executor's lookup (selectors.operation_lookup, operation_get_for_agent) and
-            # the race-deciding INSERT … ON CONFLICT (operation_id) DO NOTHING. A constraint,
-            # not unique=True, so PostgreSQL gets no second varchar_pattern_ops index.
-            models.UniqueConstraint(fields=["operation_id"], name="operation_operation_id_uniq"),
+            # the race-deciding INSERT … ON CONFLICT (namespace_id, operation_id) DO NOTHING:
+            # every lookup by operation ID (submit, GET, replay) is within one namespace.
+            models.UniqueConstraint(fields=["namespace", "operation_id"],
+                                    name="operation_unique_in_namespace"),
             # The customer's status page (selectors.operation_get_by_status_token).
             models.UniqueConstraint(fields=["status_token"], name="operation_status_token_uniq"),
             models.CheckConstraint(
@@ -139,8 +177,22 @@ class Operation(models.Model):
                 name="operation_prepared_idx",
                 condition=Q(status="prepared"),
             ),
-            # A run's operations in order (GET /runs/{run_id}/operations).
+            # The operators' explorer: search by run ID across namespaces.
             models.Index(fields=["run_id", "created_at"], name="operation_run_idx"),
+            # The retention job: terminal rows not yet redacted, by when they were resolved.
+            models.Index(
+                fields=["resolved_at"],
+                name="operation_retention_idx",
+                condition=Q(status__in=["succeeded", "failed"], params_redacted_at__isnull=True),
+            ),
+            # A run's page in a namespace, in keyset order (GET /runs/{run_id}/operations).
+            models.Index(fields=["namespace", "run_id", "id"], name="operation_ns_run_idx"),
+            # The first unresolved operation of a run, without reading the resolved ones.
+            models.Index(
+                fields=["namespace", "run_id", "id"],
+                name="operation_ns_run_open_idx",
+                condition=Q(status__in=["prepared", "in_flight", "unknown"]),
+            ),
             # The operators' overview: unresolved rows by status, tool and provider (and the
             # in_flight/unknown/near-retention figures among them), read without touching the
             # terminal rows that make up nearly all of the table.
@@ -165,6 +217,11 @@ class Operation(models.Model):
 
     def __str__(self) -> str:
         return self.operation_id
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.namespace_id is None and self.agent_id is not None:
+            self.namespace_id = self.agent.namespace_id
+        super().save(*args, **kwargs)
 
     @property
     def is_terminal(self) -> bool:

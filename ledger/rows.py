@@ -29,9 +29,10 @@ def fetchone(sql: str, params: Sequence[Any], alias: str = "default") -> tuple[A
     of once per call — Django's own cursors send literal SQL. The statement text is fixed per
     process (built once from the models), so a connection holds a handful of them. It still
     goes through Django's error translation and query log (CaptureQueriesContext sees it).
-    Elsewhere Django's cursor."""
+    Elsewhere, or while something wraps execution (connection.execute_wrapper: instrumentation,
+    fault injection in tests), Django's cursor, so the wrapper sees the statement."""
     connection = connections[alias]
-    if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql" or connection.execute_wrappers:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchone()

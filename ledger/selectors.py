@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
 
 from django.db.models import Model, QuerySet
 from django.db.models.fields.reverse_related import OneToOneRel
@@ -23,9 +22,9 @@ def _resource_relations() -> list[OneToOneRel]:
 
 
 @cache
-def _lookup_sql(by_agent: bool) -> tuple[str, tuple[tuple[OneToOneRel, type[Model]], ...]]:
-    """One statement: the operation by its unique operation ID, with its case (LEFT JOIN on
-    the case's unique operation column), no ORDER BY, no LIMIT. Built once."""
+def _lookup_sql() -> tuple[str, tuple[tuple[OneToOneRel, type[Model]], ...]]:
+    """One statement: the operation by its operation ID in its namespace (unique), with its
+    case (LEFT JOIN on the case's unique operation column), no ORDER BY, no LIMIT. Built once."""
     op_fields = Operation._meta.concrete_fields
     select = [rows.column_list(op_fields, "o.")]
     joins = []
@@ -38,16 +37,15 @@ def _lookup_sql(by_agent: bool) -> tuple[str, tuple[tuple[OneToOneRel, type[Mode
         joins.append(f'LEFT JOIN "{model._meta.db_table}" {alias} '
                      f'ON {alias}."{rel.field.column}" = o."id"')
         related.append((rel, model))
-    where = 'o."operation_id" = %s' + (' AND o."agent_id" = %s' if by_agent else "")
+    where = 'o."namespace_id" = %s AND o."operation_id" = %s'
     sql = (f'SELECT {", ".join(select)} FROM "{Operation._meta.db_table}" o '
            f'{" ".join(joins)} WHERE {where}')
     return sql, tuple(related)
 
 
-def _lookup(operation_id: str, agent: AgentCredential | None) -> Operation | None:
-    sql, related = _lookup_sql(agent is not None)
-    params: list[Any] = [operation_id] if agent is None else [operation_id, agent.pk]
-    row = rows.fetchone(sql, params)
+def operation_lookup(*, namespace_id: int, operation_id: str) -> Operation | None:
+    sql, related = _lookup_sql()
+    row = rows.fetchone(sql, [namespace_id, operation_id])
     if row is None:
         return None
     width = rows.field_count(Operation)
@@ -73,20 +71,28 @@ def mark_without_related(operation: Operation) -> Operation:
     return operation
 
 
-def operation_lookup(operation_id: str) -> Operation | None:
-    return _lookup(operation_id, None)
-
-
 def operation_get_for_agent(*, agent: AgentCredential, operation_id: str) -> Operation | None:
-    """Another agent's operation is reported as missing, never as forbidden."""
-    return _lookup(operation_id, agent)
+    """Operations outside the agent's namespace are reported as missing, never as forbidden;
+    credentials that share a namespace see each other's."""
+    return operation_lookup(namespace_id=agent.namespace_id, operation_id=operation_id)
 
 
 def operation_list_for_run(*, agent: AgentCredential, run_id: str) -> QuerySet[Operation]:
+    """A run's operations in the order they were recorded (keyset order: id)."""
     return (
         Operation.objects.select_related(*_RESOURCE_RELATED)
-        .filter(run_id=run_id, agent=agent)
-        .order_by("created_at", "id")
+        .filter(namespace_id=agent.namespace_id, run_id=run_id)
+        .order_by("id")
+    )
+
+
+def operation_first_unresolved_in_run(*, agent: AgentCredential, run_id: str) -> Operation | None:
+    """The run's first operation that is not terminal: one read of the partial index
+    operation_ns_run_open_idx, however many resolved operations the run holds."""
+    return (
+        operation_list_for_run(agent=agent, run_id=run_id)
+        .exclude(status__in=Operation.TERMINAL)
+        .first()
     )
 
 

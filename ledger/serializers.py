@@ -1,15 +1,23 @@
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
+from django.core.validators import RegexValidator
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from ledger.identity import MAX_OPERATION_ID_LENGTH
+from ledger.identity import (
+    IDENTIFIER_PATTERN,
+    MAX_IDENTIFIER_LENGTH,
+    MAX_OPERATION_ID_LENGTH,
+    OPERATION_ID_RE,
+    identifier_problem,
+)
 from ledger.models import Operation
 from ledger.pacing import BASE_GUIDANCE, pace
 
@@ -28,13 +36,65 @@ CUSTOMER_STATUS = {
 GUIDANCE = BASE_GUIDANCE
 
 
+class FullMatchValidator(RegexValidator):
+    """RegexValidator uses search(), where `$` also matches before a final newline: the value
+    must match as a whole. drf-spectacular publishes .regex.pattern as the schema's pattern."""
+
+    def __call__(self, value: Any) -> None:
+        regex = re.compile(self.regex) if isinstance(self.regex, str) else self.regex
+        if not isinstance(value, str) or not regex.fullmatch(value):
+            raise serializers.ValidationError(self.message, code="invalid")
+
+
+class StrictCharField(serializers.CharField):
+    """A string, never trimmed, and never a number coerced to one (DRF's CharField turns 0
+    into "0"): what the OpenAPI document says is a string must be one."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class ExactIdentifierField(StrictCharField):
+    """An identifier taken exactly as sent: never trimmed (DRF trims by default), refused when
+    it has surrounding whitespace or control, invisible or bidirectional characters. The
+    pattern is published in the OpenAPI document, so a schema-valid value is always accepted."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", MAX_IDENTIFIER_LENGTH)
+        # Empty is the same as not given.
+        super().__init__(allow_blank=True, **kwargs)
+        # For the OpenAPI document (drf-spectacular reads RegexValidator.regex as the pattern).
+        self.validators.append(FullMatchValidator(IDENTIFIER_PATTERN, message="is not allowed"))
+
+    def run_validators(self, value: Any) -> None:
+        problem = identifier_problem(value) if isinstance(value, str) else None
+        if problem:
+            raise serializers.ValidationError(problem, code="invalid")
+        super().run_validators(value)
+
+
 class OperationSubmitSerializer(serializers.Serializer):
-    operation_id = serializers.CharField(max_length=MAX_OPERATION_ID_LENGTH)
-    tool = serializers.CharField(max_length=64)
+    operation_id = StrictCharField(
+        max_length=MAX_OPERATION_ID_LENGTH,
+        validators=[FullMatchValidator(
+            OPERATION_ID_RE.pattern,
+            message=(
+                "operation_id must be at least two colon-separated segments of ASCII letters, "
+                "digits and ._~- (for example workflow-81:invoice-17:refund-2:v1)"
+            ),
+        )],
+    )
+    tool = StrictCharField(max_length=64)
     params = serializers.DictField()
-    run_id = serializers.CharField(max_length=200, required=False, default="")
-    tool_call_id = serializers.CharField(max_length=200, required=False, default="")
-    customer_ref = serializers.CharField(max_length=200, required=False, default="")
+    run_id = ExactIdentifierField(required=False, default="")
+    tool_call_id = ExactIdentifierField(required=False, default="")
+    customer_ref = ExactIdentifierField(required=False, default="")
     execution = serializers.ChoiceField(
         choices=["sync", "async", "client"], required=False, default="sync",
         help_text=(
@@ -43,6 +103,15 @@ class OperationSubmitSerializer(serializers.Serializer):
             "idempotency key); the agent calls the provider itself and reports the outcome."
         ),
     )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # A misspelt field ("operationId", "customerRef") is refused, not silently dropped:
+        # the caller would believe it was recorded.
+        unknown = sorted(set(self.initial_data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({name: ["is not a field of a submission"]
+                                               for name in unknown})
+        return attrs
 
 
 _SUBMIT_TEXT_FIELDS = (
@@ -54,13 +123,23 @@ _SUBMIT_TEXT_FIELDS = (
 )
 
 
+_SUBMIT_KEYS = frozenset(OperationSubmitSerializer._declared_fields)
+# Plain names only; anything else (whitespace, NUL, a lone surrogate) goes through the
+# serializer, which words the error.
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_IDENTIFIER = re.compile(IDENTIFIER_PATTERN)
+
+
 def submit_fields_fast(body: Any) -> dict[str, Any] | None:
     """OperationSubmitSerializer's validated_data for a plainly valid body, without building
     the serializer (DRF deep-copies its fields for every instance). None for anything it does
-    not accept as it stands — a missing or blank field, a number where text goes, a NUL — and
-    the caller validates with the serializer, so every error reads exactly as DRF words it
+    not accept exactly as it stands — an unknown or missing field, a blank value, a number
+    where text goes, surrounding whitespace, a control, invisible or bidirectional character —
+    and the caller validates with the serializer, so every error reads exactly as DRF words it
     (tests/ledger/test_efficiency.py compares the two)."""
     if not isinstance(body, dict) or not isinstance(body.get("params"), dict):
+        return None
+    if not body.keys() <= _SUBMIT_KEYS:
         return None
     data: dict[str, Any] = {}
     for name, max_length, required in _SUBMIT_TEXT_FIELDS:
@@ -70,14 +149,15 @@ def submit_fields_fast(body: Any) -> dict[str, Any] | None:
             data[name] = ""
             continue
         value = body[name]
-        if not isinstance(value, str):
+        if not isinstance(value, str) or not value or len(value) > max_length:
             return None
-        value = value.strip()
-        if not value or len(value) > max_length or "\x00" in value:
-            return None
-        try:
-            value.encode("utf-8")  # lone surrogates: DRF refuses them
-        except UnicodeEncodeError:
+        if name == "operation_id":
+            if not OPERATION_ID_RE.fullmatch(value):
+                return None
+        elif name == "tool":
+            if not _TOOL_NAME.fullmatch(value):
+                return None
+        elif identifier_problem(value) or not _IDENTIFIER.fullmatch(value):
             return None
         data[name] = value
     execution = body.get("execution", "sync")
@@ -167,6 +247,10 @@ class OperationSerializer(serializers.ModelSerializer):
     # SerializerMethodField's get_<field> name for `value` shadows Field.get_value(dictionary),
     # which DRF calls only to read a nested serializer's input. This serializer only renders
     # output (RunOperationsSerializer nests it for the schema, never to validate input).
+    @extend_schema_field({
+        "type": "object", "nullable": True, "description": "The amount in minor units.",
+        "properties": {"amount": {"type": "integer"}, "currency": {"type": "string"}},
+    })
     def get_value(self, obj: Operation) -> dict[str, Any] | None:  # type: ignore[override]
         if obj.value_amount is None:
             return None
@@ -240,11 +324,23 @@ def operation_resources(operations: Iterable[Operation], *, request: Any = None,
     return [operation_resource(op, request=request) for op in operations]
 
 
+RUN_CURSOR_PATTERN = r"^v1\.[0-9]{1,18}$"
+
+
 class RunOperationsSerializer(serializers.Serializer):
     run_id = serializers.CharField()
-    count = serializers.IntegerField()
+    count = serializers.IntegerField(help_text="Operations in this page.")
     operations = OperationSerializer(many=True)
     first_unresolved = OperationSerializer(allow_null=True)
+    next = serializers.URLField(allow_null=True, help_text="The next page, or null at the end.")
+
+
+class RunPageQuerySerializer(serializers.Serializer):
+    limit = serializers.IntegerField(min_value=1, max_value=200, required=False, default=50)
+    after = serializers.CharField(
+        required=False, max_length=40, trim_whitespace=False,
+        validators=[FullMatchValidator(RUN_CURSOR_PATTERN, message="is not a cursor")],
+        help_text="The cursor from the previous page's `next`; opaque: use it as given.")
 
 
 class ToolValueSerializer(serializers.Serializer):

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from ledger import dispatch, executor, webhooks
+from ledger import dispatch, executor, retention, webhooks
 from ledger.models import Operation
 
 
@@ -20,6 +20,12 @@ def execute_operation(operation_pk: int) -> str:
 @shared_task(acks_late=True, ignore_result=True)
 def retry_unsent_operations() -> int:
     return executor.retry_unsent()
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def redact_expired_params() -> int:
+    """The retention job (ledger.retention), on the beat schedule."""
+    return retention.redact_expired_params()
 
 
 @dispatch.register("deliver_webhook")

@@ -194,15 +194,17 @@ def operation_record_and_claim(
     """Insert the row already claimed (prepared → in_flight, both events) in one commit, or
     return the row that already exists.
 
-    The INSERT is the race: `INSERT … ON CONFLICT (operation_id) DO NOTHING`; on PostgreSQL a
-    concurrent insert of the same operation ID waits for the first transaction and then inserts
-    nothing, so exactly one caller creates (and claims) the row and every other caller reads it.
+    The INSERT is the race: `INSERT … ON CONFLICT (namespace_id, operation_id) DO NOTHING`; on
+    PostgreSQL a concurrent insert of the same operation ID in the namespace waits for the
+    first transaction and then inserts nothing, so exactly one caller creates (and claims) the
+    row and every other caller reads it.
     On PostgreSQL the row and its two events are one statement in autocommit (one commit, no
     BEGIN/SAVEPOINT); elsewhere one transaction of two statements.
     """
     now = timezone.now()
     lease = now + dt.timedelta(seconds=lease_seconds)
-    row = {**values, "agent_id": agent.pk, "status": S.IN_FLIGHT, "fencing_token": 1,
+    row = {"namespace_id": agent.namespace_id, **values, "agent_id": agent.pk,
+           "status": S.IN_FLIGHT, "fencing_token": 1,
            "attempts": 1, "lease_owner": worker, "lease_expires_at": lease, "sent_at": now,
            "key_first_sent_at": now}
     events = [
@@ -211,7 +213,7 @@ def operation_record_and_claim(
     ]
     operation = _insert_new(row, events, now=now)
     if operation is None:
-        return _existing_row(values["operation_id"]), None
+        return _existing_row(row["namespace_id"], values["operation_id"]), None
     return operation, Claim(operation=operation, fencing_token=1, new=True)
 
 
@@ -220,18 +222,19 @@ def operation_record(
 ) -> tuple[Operation, bool]:
     """Insert a prepared row (for a worker to send later), or return the existing row."""
     now = timezone.now()
-    row = {**values, "agent_id": agent.pk, "status": S.PREPARED}
+    row = {"namespace_id": agent.namespace_id, **values, "agent_id": agent.pk,
+           "status": S.PREPARED}
     operation = _insert_new(
         row, [_EventRow(None, S.PREPARED, f"agent:{agent.name}", 0, "intent_recorded")], now=now)
     if operation is None:
-        return _existing_row(values["operation_id"]), False
+        return _existing_row(row["namespace_id"], values["operation_id"]), False
     return operation, True
 
 
-def _existing_row(operation_id: str) -> Operation:
+def _existing_row(namespace_id: int, operation_id: str) -> Operation:
     from ledger.selectors import operation_lookup
 
-    existing = operation_lookup(operation_id)
+    existing = operation_lookup(namespace_id=namespace_id, operation_id=operation_id)
     if existing is None:  # cannot happen: the conflicting row is committed (or we waited)
         raise TransitionError(f"operation {operation_id} conflicted but is not there")
     return existing
@@ -349,7 +352,8 @@ def _insert_new(row: dict[str, Any], events: Sequence[_EventRow], *, now: dt.dat
     full = {f.attname: row[f.attname] if f.attname in row else f.get_default() for f in fields}
     insert = (
         f'INSERT INTO "{Operation._meta.db_table}" ({rows.column_list(fields)}) '
-        f'VALUES ({rows.placeholders(len(fields))}) ON CONFLICT ("operation_id") DO NOTHING '
+        f'VALUES ({rows.placeholders(len(fields))}) '
+        f'ON CONFLICT ("namespace_id", "operation_id") DO NOTHING '
         f'RETURNING "id"'
     )
     params = rows.insert_params_for(fields, full)
@@ -678,3 +682,46 @@ def operation_note_tool_call(*, operation: Operation, tool_call_id: str, actor: 
             data={"tool_call_id": tool_call_id},
         )
     operation.tool_call_ids = current.tool_call_ids
+
+
+# --- retention (not a status change; an event all the same) ----------------------------
+
+REDACTED = "[redacted]"
+
+
+def operation_redact_params(
+    *, operation: Operation, fields: frozenset[str], actor: str, now: dt.datetime
+) -> bool:
+    """Blank the named params of a terminal operation (personal data past its retention).
+    The intent params, the params hash and the events are kept. False when there was nothing
+    to do (not terminal, or already redacted): running twice changes nothing."""
+    with transaction.atomic():
+        current = Operation.objects.select_for_update().get(pk=operation.pk)
+        if current.status not in Operation.TERMINAL or current.params_redacted_at is not None:
+            return False
+        params = dict(current.params or {})
+        blanked = sorted(name for name in params if name in fields and params[name] != REDACTED)
+        texts = {params[name] for name in blanked if isinstance(params[name], str)}
+        for name in blanked:
+            params[name] = REDACTED
+        current.params = params
+        # Providers echo what they were sent: the same texts go from the stored answer too.
+        current.result = _without_texts(current.result, texts)
+        current.params_redacted_at = now
+        current.save(update_fields=["params", "result", "params_redacted_at"])
+        OperationEvent.objects.create(
+            operation=current, from_status=current.status, to_status=current.status, actor=actor,
+            fencing_token=current.fencing_token, reason="params_redacted",
+            data={"fields": blanked},
+        )
+    return True
+
+
+def _without_texts(value: Any, texts: set[str]) -> Any:
+    if isinstance(value, str):
+        return REDACTED if value in texts else value
+    if isinstance(value, list):
+        return [_without_texts(item, texts) for item in value]
+    if isinstance(value, dict):
+        return {key: _without_texts(item, texts) for key, item in value.items()}
+    return value

@@ -76,6 +76,16 @@ def _celery_messages_stay_in_this_process() -> Iterator[None]:
     app.conf.broker_url, app.conf.broker_transport_options = saved
 
 
+@pytest.fixture(autouse=True)
+def _throttles_start_empty() -> Iterator[None]:
+    """Throttle histories (per agent, failed authentications per address) live in the cache;
+    each test starts without the previous tests' requests counted against it."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+
+
 @pytest.fixture
 def frozen(time_machine: Any) -> Any:
     """The clock stopped at now; tests move it with frozen.shift() or frozen.move_to()."""

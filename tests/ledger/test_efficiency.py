@@ -115,7 +115,8 @@ def test_fresh_action_is_two_write_transactions_without_savepoints_on_the_wire(a
     # The lookup; the intent recorded already claimed with both events (one autocommit
     # statement); the fenced outcome, its event and the webhook outbox row (issue 8) in one
     # transaction. No SAVEPOINT/RELEASE.
-    assert wire.statements[0].lstrip('"').startswith("SELECT")
+    # The lookup is the same prepared statement as warm()'s read (both by namespace and ID).
+    assert wire.statements[0].lstrip('"').startswith(("SELECT", "(prepared earlier)"))
     assert "INSERT INTO" in wire.statements[1] and "ON CONFLICT" in wire.statements[1]
     control = [s.strip('"').split()[0].upper() for s in wire.transaction_control]
     assert control == ["BEGIN", "COMMIT"], wire.transaction_control

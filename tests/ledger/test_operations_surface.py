@@ -101,7 +101,7 @@ def test_production_refuses_the_development_secret(tmp_path):
     result = subprocess.run([sys.executable, "manage.py", "check"], capture_output=True,
                             text=True, env=env, timeout=60)
     assert result.returncode != 0
-    assert "DJANGO_SECRET_KEY must be set" in result.stderr
+    assert "ledger.E001" in result.stderr and "development key" in result.stderr
 
 
 def test_json_logs_carry_the_operation_id_and_nothing_else_from_extra():

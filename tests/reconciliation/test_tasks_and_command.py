@@ -22,8 +22,9 @@ def test_beat_runs_both_sweeps_and_the_unsent_sweep_at_the_sweep_interval():
     by_task = {entry["task"]: entry for entry in schedule.values()}
     sweeps = {"reconciliation.tasks.sweep_leases", "reconciliation.tasks.sweep_cases",
               "ledger.tasks.retry_unsent_operations", "ledger.tasks.sweep_webhooks"}
-    # Plus the dashboard's counters, on their own interval (ops.rollup).
-    assert set(by_task) == sweeps | {"ops.tasks.rollup_stats"}
+    # Plus the dashboard's counters (ops.rollup) and the hourly retention job
+    # (tests/trust/test_retention.py), each on its own interval.
+    assert set(by_task) == sweeps | {"ops.tasks.rollup_stats", "ledger.tasks.redact_expired_params"}
     for entry in (by_task[name] for name in sweeps):
         assert entry["schedule"] == settings.LEDGER_SWEEP_INTERVAL_SECONDS
         assert entry["options"]["expires"] >= settings.LEDGER_SWEEP_INTERVAL_SECONDS

@@ -31,7 +31,8 @@ def seed_open_cases(agent: AgentCredential, count: int) -> None:
     digest = params_hash("refund", {"invoice": "x"})
     operations = [
         Operation(
-            operation_id=f"wf-scale:invoice-{n}:refund-1:v1", agent=agent, tool="refund",
+            operation_id=f"wf-scale:invoice-{n}:refund-1:v1", agent=agent,
+            namespace_id=agent.namespace_id, tool="refund",
             tool_version=1, provider="sandbox", intent_params={}, params={},
             params_hash=digest, status=Operation.Status.UNKNOWN, attempts=1, fencing_token=1,
             idempotency_key=f"scale-{n}", value_amount=rng.randrange(100, 5_000_000),

@@ -58,7 +58,12 @@ SCENARIOS: list[tuple[str, str, dict[str, Any], str]] = [
 class Command(BaseCommand):
     help = "Seed demo data showing every state (needs the sandbox provider running)."
 
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--base-url", default="",
+                            help="print status pages as full URLs under this address")
+
     def handle(self, *args: Any, **options: Any) -> None:
+        self.base_url = str(options.get("base_url") or "").rstrip("/")
         agent = self._agent()
         self._staff()
         for operation_id, tool, params, shows in SCENARIOS:
@@ -121,4 +126,4 @@ class Command(BaseCommand):
     def _report(self, operation: Operation, shows: str) -> None:
         path = reverse("portal:status", args=[operation.status_token])
         self.stdout.write(f"  {operation.operation_id:42} {operation.status:10} {shows}")
-        self.stdout.write(f"      status page: {path}")
+        self.stdout.write(f"      status page: {getattr(self, 'base_url', '')}{path}")

@@ -8,7 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from reconciliation import services, transitions
+from reconciliation import health, services, transitions
 from reconciliation.models import Case
 
 
@@ -41,5 +41,7 @@ class Command(BaseCommand):
 
     def _sweep(self, batch_size: int | None) -> None:
         expired = services.sweep_expired_leases()
+        health.record_sweep_finished("leases")
         report = services.sweep_due_cases(batch_size=batch_size)
+        health.record_sweep_finished("cases")
         self.stdout.write(f"leases expired: {expired}; cases: {report.as_dict()}")

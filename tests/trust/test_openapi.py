@@ -1,0 +1,100 @@
+"""The OpenAPI document matches what the API does; Schemathesis finds nothing against it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from ledger.identity import IDENTIFIER_PATTERN
+from tests.conftest import submit_body
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBLEM = "application/problem+json"
+
+
+@pytest.fixture(scope="module")
+def schema(django_db_blocker):
+    from django.test import Client
+
+    with django_db_blocker.unblock():
+        return Client().get("/api/schema/?format=json").json()
+
+
+def component(schema, ref):
+    return schema["components"]["schemas"][ref.rsplit("/", 1)[1]]
+
+
+@pytest.mark.parametrize(
+    ("path", "method", "statuses"),
+    [
+        ("/api/v1/operations", "post", {"400", "401", "403", "413", "415", "422", "429", "503"}),
+        ("/api/v1/operations/{operation_id}", "get", {"400", "401", "404", "429", "503"}),
+        ("/api/v1/runs/{run_id}/operations", "get", {"400", "401", "429", "503"}),
+    ],
+)
+def test_every_error_is_documented_as_problem_json(schema, path, method, statuses):
+    responses = schema["paths"][path][method]["responses"]
+    for status in statuses:
+        content = responses[status]["content"]
+        assert list(content) == [PROBLEM], status
+        assert content[PROBLEM]["schema"] == {"$ref": "#/components/schemas/Problem"}
+    assert responses["429"]["headers"]["Retry-After"]["required"] is True
+    assert responses["503"]["headers"]["Retry-After"]["required"] is True
+    assert "WWW-Authenticate" in responses["401"]["headers"]
+
+
+def test_submission_headers_are_documented(schema):
+    responses = schema["paths"]["/api/v1/operations"]["post"]["responses"]
+    assert responses["200"]["headers"]["Idempotent-Replayed"]["schema"]["enum"] == ["true"]
+    assert set(responses["202"]["headers"]) >= {"Location", "Retry-After"}
+    assert "X-Request-ID" in responses["201"]["headers"]
+
+
+def test_the_submission_body_carries_each_tools_constraints(schema):
+    body = schema["paths"]["/api/v1/operations"]["post"]["requestBody"]["content"]
+    variants = [component(schema, v["$ref"]) for v in body["application/json"]["schema"]["oneOf"]]
+    by_tool = {v["properties"]["tool"]["enum"][0]: v for v in variants}
+    assert set(by_tool) == {"refund", "send_email", "create_ticket"}
+    refund = by_tool["refund"]["properties"]
+    assert refund["params"]["additionalProperties"] is False
+    amount = refund["params"]["properties"]["amount"]
+    assert (amount["type"], amount["minimum"], amount["maximum"]) == ("integer", 1, 1_000_000_000)
+    currency = re.compile(refund["params"]["properties"]["currency"]["pattern"])
+    assert currency.fullmatch("EUR") and not currency.fullmatch("euro")
+    # Intent strings refuse hidden characters; free text refuses NUL.
+    payee = refund["params"]["properties"]["payee"]
+    payee_patterns = [payee.get("pattern")] + [p["pattern"] for p in payee.get("allOf", [])]
+    assert any(p and "\\u200b" in p for p in payee_patterns)
+    assert "\\u0000" in refund["params"]["properties"]["memo"]["pattern"]
+    # The validator's pattern, in ECMA spelling (\\x00 → \\u0000).
+    assert refund["run_id"]["pattern"] == re.sub(
+        r"\\x([0-9a-f]{2})", r"\\u00\1", IDENTIFIER_PATTERN)
+    assert refund["operation_id"]["maxLength"] == 200
+
+
+def test_a_refusal_matches_the_problem_schema(api, schema, sandbox):
+    problem_schema = schema["components"]["schemas"]["Problem"]
+    answers = [
+        api.post("/api/v1/operations", submit_body("no-colon"), format="json"),
+        api.get("/api/v1/operations/a:b"),
+        api.get("/api/v1/runs/r/operations?limit=0"),
+    ]
+    for response in answers:
+        assert response["Content-Type"] == PROBLEM
+        jsonschema.validate(response.json(), problem_schema)
+
+
+def test_schemathesis_finds_no_failures(tmp_path):
+    """bin/fuzz_api.py (what CI runs with more examples): every check, no failures."""
+    result = subprocess.run(
+        [sys.executable, "bin/fuzz_api.py", "--max-examples", "10", "--time-limit", "300",
+         "--seed", "11"],
+        cwd=ROOT, capture_output=True, text=True, timeout=420,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert "No issues found" in result.stdout
