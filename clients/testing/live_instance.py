@@ -43,7 +43,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-ROOT = Path(__file__).resolve().parents[2]
+# LEDGER_ROOT runs another checkout of the service (for example a merge being tried out).
+ROOT = Path(os.environ.get("LEDGER_ROOT") or Path(__file__).resolve().parents[2])
 SANDBOX_LISTENING = re.compile(r"sandbox listening on (http://\S+)")
 ALL_TOOLS = "refund,send_email,create_ticket"
 
