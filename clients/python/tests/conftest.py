@@ -15,9 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "clients" / "testing"))
 
-from live_instance import LiveInstance  # noqa: E402
-
 from agent_ledger_client import AsyncLedgerClient, LedgerClient, RetryEvent  # noqa: E402
+from live_instance import LiveInstance  # noqa: E402
 
 _counter = itertools.count(1)
 

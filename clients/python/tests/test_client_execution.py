@@ -7,14 +7,13 @@ import time
 
 import httpx
 import pytest
-from conftest import CountingTransport, refund_params
-
 from agent_ledger_client import (
     LedgerClient,
     ProviderRejected,
     StaleFencingToken,
     operation_id,
 )
+from conftest import CountingTransport, refund_params
 
 
 class CardDeclined(Exception):
@@ -23,7 +22,8 @@ class CardDeclined(Exception):
 
 def _pay(sandbox_url: str, key: str, oid: str, params: dict) -> dict:
     """The agent's own provider call: the sandbox's refund endpoint with the ledger's key."""
-    response = httpx.post(f"{sandbox_url}/v1/effects/refund", json={"reference": oid, "params": params},
+    response = httpx.post(f"{sandbox_url}/v1/effects/refund",
+                          json={"reference": oid, "params": params},
                           headers={"Idempotency-Key": key}, timeout=10)
     response.raise_for_status()
     return response.json()

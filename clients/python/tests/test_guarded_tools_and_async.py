@@ -5,8 +5,6 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from conftest import refund_params
-
 from agent_ledger_client import (
     AsyncLedgerClient,
     NotFound,
@@ -15,6 +13,7 @@ from agent_ledger_client import (
     ToolNotAllowed,
     operation_id,
 )
+from conftest import refund_params
 
 
 def test_a_guarded_tool_takes_the_signature_plus_a_required_operation_id(client, ledger, unique):

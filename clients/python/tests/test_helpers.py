@@ -11,8 +11,6 @@ from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
 import pytest
-from standardwebhooks.webhooks import Webhook
-
 from agent_ledger_client import (
     UnsafeOperationId,
     WebhookVerificationError,
@@ -22,6 +20,7 @@ from agent_ledger_client import (
     verify_webhook,
 )
 from agent_ledger_client.retry import RetryPolicy, parse_retry_after
+from standardwebhooks.webhooks import Webhook
 
 
 def test_operation_id_is_built_from_business_keys():

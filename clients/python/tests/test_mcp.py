@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 import pytest
+from agent_ledger_client import operation_id
 from conftest import refund_params
 from mcp_helpers import connect, structured
-
-from agent_ledger_client import operation_id
 
 pytestmark = pytest.mark.anyio
 

@@ -4,14 +4,6 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from conftest import (
-    CountingTransport,
-    LoseFirstResponse,
-    UnavailableFirst,
-    free_port_url,
-    refund_params,
-)
-
 from agent_ledger_client import (
     InvalidRequest,
     LedgerClient,
@@ -22,6 +14,13 @@ from agent_ledger_client import (
     ToolNotAllowed,
     Unauthenticated,
     operation_id,
+)
+from conftest import (
+    CountingTransport,
+    LoseFirstResponse,
+    UnavailableFirst,
+    free_port_url,
+    refund_params,
 )
 
 FAST = RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05)

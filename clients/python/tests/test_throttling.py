@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from agent_ledger_client import LedgerClient, NotFound, RetryPolicy, Throttled, operation_id
 from conftest import refund_params
 from live_instance import LiveInstance
-
-from agent_ledger_client import LedgerClient, NotFound, RetryPolicy, Throttled, operation_id
 
 
 @pytest.fixture(scope="module")

@@ -97,7 +97,8 @@ def builtin_tools() -> list[types.Tool]:
     ]
 
 
-def _result(structured: Mapping[str, Any], text: str, *, error: bool = False) -> types.CallToolResult:
+def _result(structured: Mapping[str, Any], text: str, *,
+            error: bool = False) -> types.CallToolResult:
     return types.CallToolResult(
         content=[types.TextContent(text=f"{text}\n{json.dumps(structured, default=str)}")],
         structured_content=dict(structured), is_error=error)

@@ -1,7 +1,7 @@
 """Verify the ledger's webhooks (Standard Webhooks: `webhook-id`, `webhook-timestamp`,
 `webhook-signature: v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">`, secret `whsec_…`).
 
-    event = verify_webhook(request.body, request.headers, secret=os.environ["LEDGER_WEBHOOK_SECRET"])
+    event = verify_webhook(request.body, request.headers, secret=os.environ["WEBHOOK_SECRET"])
     event["type"], event["data"]["operation_id"]
 
 Deliveries are at least once: deduplicate on `webhook-id`.
