@@ -23,3 +23,16 @@ def test_pydantic_ai_defers_on_202_and_resumes_with_the_same_id(ledger, workflow
     assert summary["regenerated"]["status"] == "succeeded"
     assert summary["regenerated"]["replayed"] is True
     assert summary["effects"] == 1
+
+
+def test_langgraph_interrupts_on_unknown_and_resumes_with_the_same_id(ledger, workflow_id):
+    import langgraph_refund
+
+    summary = langgraph_refund.main(ledger.url, ledger.token, ledger.sandbox_url, workflow_id)
+    (paused,) = summary["interrupted"]
+    assert paused["operation_id"] == summary["operation_id"]
+    assert paused["status"] == "unknown" and paused["retry_with_same_operation_id_only"] is True
+    assert summary["resumed"]["status"] == "succeeded"
+    assert summary["regenerated"]["status"] == "succeeded"
+    assert summary["regenerated"]["replayed"] is True
+    assert summary["effects"] == 1
