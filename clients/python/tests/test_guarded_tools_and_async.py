@@ -90,3 +90,22 @@ async def test_async_guarded_tool_and_forbidden_tool(ledger, unique):
             await refund("invoice-45", 1, "EUR", "cus_1", operation_id=oid)
         with pytest.raises(NotFound):
             await narrow.get(oid)
+
+
+def test_the_readme_ten_line_version_runs(ledger, unique):
+    from agent_ledger_client import LedgerClient
+
+    token = ledger.token
+    # --- as in the README (URL and workflow aside) ---
+    ledger_client = LedgerClient(ledger.url, token)
+
+    @ledger_client.tool("refund")
+    def refund(invoice: str, amount: int, currency: str, payee: str, memo: str = "") -> None:
+        """Refund part or all of a paid invoice (amount in minor units)."""
+
+    op = refund("invoice-17", 2500, "EUR", "cus_123", memo="Damaged parcel",
+                operation_id=operation_id(workflow=unique, subject="invoice-17", action="refund"))
+    # ---
+    assert (op.status, op.replayed) == ("succeeded", False)
+    assert op.for_model()["operation_id"] == f"{unique}:invoice-17:refund-1:v1"
+    ledger_client.close()

@@ -153,6 +153,20 @@ describe("against a live ledger", () => {
     assert.equal(forModel(again)["replayed"], true);
     assert.equal((await ledger.effectCounts())[first.operation_id], 1);
   });
+  it("runs the README's ten-line version", async () => {
+    const token = ledger.tokens.main;
+    const workflow = unique();
+    // --- as in the README (workflow and URL aside) ---
+    type Refund = { invoice: string; amount: number; currency: string; payee: string; memo?: string };
+    const ledgerClient = new LedgerClient(ledger.url, token);
+    const refund = ledgerClient.tool<Refund>("refund", {
+      operationId: (p) => operationId({ workflow, subject: p.invoice, action: "refund" }),
+    });
+    const op = await refund({ invoice: "invoice-17", amount: 2500, currency: "EUR", payee: "cus_123", memo: "Damaged parcel" });
+    // ---
+    assert.equal(op.status, "succeeded");
+    assert.equal(forModel(op)["operation_id"], `${workflow}:invoice-17:refund-1:v1`);
+  });
 });
 
 describe("a throttling ledger (LEDGER_AGENT_RATE=2/s)", () => {
