@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -95,12 +96,16 @@ class UnavailableFirst(httpx.BaseTransport):
 
 
 class CountingTransport(httpx.BaseTransport):
+    """Records every request and when it started."""
+
     def __init__(self) -> None:
         self.inner = httpx.HTTPTransport()
         self.requests: list[httpx.Request] = []
+        self.times: list[float] = []
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
+        self.times.append(time.monotonic())
         return self.inner.handle_request(request)
 
 

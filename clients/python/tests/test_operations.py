@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import httpx
 import pytest
 from agent_ledger_client import (
@@ -173,6 +175,11 @@ def test_wait_returns_when_a_worker_resolves_it(ledger, unique):
     assert done.status == "succeeded" and done.is_terminal
     reads = [r for r in transport.requests if r.method == "GET"]
     assert reads and all(r.url.params.get("wait") for r in reads)  # long-poll asked each time
+    # This ledger ignores ?wait and answers at once: the client then paces itself by Retry-After
+    # (1 s on the test instance) instead of hammering.
+    starts = [t for r, t in zip(transport.requests, transport.times, strict=True)
+              if r.method == "GET"]
+    assert all(later - earlier >= 0.9 for earlier, later in itertools.pairwise(starts))
     assert ledger.effect_counts().get(oid) == 1
 
 
