@@ -86,8 +86,8 @@ def test_a_stale_fencing_token_is_refused(client, unique):
     with client.reserve("refund", refund_params("invoice-65"), operation_id=oid) as op:
         token = op.fencing_token
         op.result = {"id": "done"}
-    with pytest.raises(StaleFencingToken) as caught:
-        client.report_outcome(oid, token - 1, "succeeded", result={"id": "late"})
+    with pytest.raises(StaleFencingToken) as caught:  # a token that does not hold the claim
+        client.report_outcome(oid, token + 1, "succeeded", result={"id": "late"})
     assert caught.value.status == 409 and caught.value.code == "stale_fencing_token"
 
 

@@ -57,7 +57,7 @@ describe("features from the catalogue, client-execution and runs branches", () =
     let token = 0;
     await client.reserve("refund", refundParams("invoice-63"), { operationId: id }, async (op) => {
       token = op.fencingToken; return { id: "done" }; });
-    await assert.rejects(client.reportOutcome(id, token - 1, "succeeded"), StaleFencingToken);
+    await assert.rejects(client.reportOutcome(id, token + 1, "succeeded"), StaleFencingToken);
   });
 
   it("follows every page of a run", async () => {
