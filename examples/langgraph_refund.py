@@ -40,7 +40,7 @@ def build(ledger: LedgerClient, model: GenericFakeChatModel) -> Any:
     def refund(state: State) -> dict:
         call = state["messages"][-1].tool_calls[0]
         oid = operation_id(workflow=state["workflow_id"], subject=call["args"]["invoice"],
-                           action="refund")
+                           action="refund", sequence=1)
         op = ledger.submit("refund", call["args"], operation_id=oid, tool_call_id=call["id"])
         if not op.is_terminal:  # unknown or pending: pause the graph, never fail or re-ID
             interrupt(op.for_model())
@@ -70,7 +70,7 @@ def scripted(call_id: str, memo: str) -> GenericFakeChatModel:
 
 
 def main(url: str, token: str, sandbox_url: str, workflow_id: str = "workflow-81") -> dict:
-    oid = operation_id(workflow=workflow_id, subject="invoice-17", action="refund")
+    oid = operation_id(workflow=workflow_id, subject="invoice-17", action="refund", sequence=1)
     start = {"workflow_id": workflow_id, "messages": [("user", "Refund invoice-17")]}
     with LedgerClient(url, token) as ledger:
         graph = build(ledger, scripted("call_Ab12Cd34Ef56", "sandbox:lose-response"))

@@ -41,7 +41,8 @@ class Workflow:
 def refund(ctx: ToolContext[Workflow], invoice: str, amount: int, currency: str, payee: str,
            memo: str) -> str:
     """Refund part or all of a paid invoice. amount is in minor units (2500 = 25.00)."""
-    oid = operation_id(workflow=ctx.context.workflow_id, subject=invoice, action="refund")
+    oid = operation_id(workflow=ctx.context.workflow_id, subject=invoice, action="refund",
+                       sequence=1)
     op = ctx.context.ledger.submit(
         "refund", {"invoice": invoice, "amount": amount, "currency": currency, "payee": payee,
                    "memo": memo}, operation_id=oid, tool_call_id=ctx.tool_call_id)
@@ -88,7 +89,7 @@ def main(url: str, token: str, sandbox_url: str, workflow_id: str = "workflow-81
                           model=ScriptedModel(call_id, request | {"memo": memo}))
             result = Runner.run_sync(agent, "Please refund invoice-17", context=context)
             answers.append(json.loads(result.final_output))
-        oid = operation_id(workflow=workflow_id, subject="invoice-17", action="refund")
+        oid = operation_id(workflow=workflow_id, subject="invoice-17", action="refund", sequence=1)
         return {"operation_id": oid, "answers": answers, "effects": effects(sandbox_url, oid)}
 
 

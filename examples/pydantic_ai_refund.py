@@ -38,7 +38,7 @@ agent = Agent(deps_type=Deps, output_type=[str, DeferredToolRequests])
 def refund(ctx: RunContext[Deps], invoice: str, amount: int, currency: str, payee: str,
            memo: str) -> dict[str, Any]:
     """Refund part or all of a paid invoice. amount is in minor units (2500 = 25.00)."""
-    oid = operation_id(workflow=ctx.deps.workflow_id, subject=invoice, action="refund")
+    oid = operation_id(workflow=ctx.deps.workflow_id, subject=invoice, action="refund", sequence=1)
     op = ctx.deps.ledger.submit("refund", {"invoice": invoice, "amount": amount, "currency":
                                            currency, "payee": payee, "memo": memo},
                                 operation_id=oid, tool_call_id=ctx.tool_call_id)

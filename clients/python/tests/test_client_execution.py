@@ -30,7 +30,7 @@ def _pay(sandbox_url: str, key: str, oid: str, params: dict) -> dict:
 
 
 def test_reserve_gives_the_key_and_reports_success_on_exit(client, ledger, unique):
-    oid = operation_id(workflow=unique, subject="invoice-60", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-60", action="refund", sequence=1)
     with client.reserve("refund", refund_params("invoice-60"), operation_id=oid) as op:
         assert op.claimed and op.idempotency_key
         op.result = _pay(ledger.sandbox_url, op.idempotency_key, oid, refund_params("invoice-60"))
@@ -40,7 +40,7 @@ def test_reserve_gives_the_key_and_reports_success_on_exit(client, ledger, uniqu
 
 
 def test_reserve_of_a_finished_operation_is_a_replay_without_a_claim(client, ledger, unique):
-    oid = operation_id(workflow=unique, subject="invoice-61", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-61", action="refund", sequence=1)
     with client.reserve("refund", refund_params("invoice-61"), operation_id=oid) as op:
         op.result = _pay(ledger.sandbox_url, op.idempotency_key, oid, refund_params("invoice-61"))
     with client.reserve("refund", refund_params("invoice-61", memo="reworded"),
@@ -51,7 +51,7 @@ def test_reserve_of_a_finished_operation_is_a_replay_without_a_claim(client, led
 
 
 def test_an_exception_in_the_block_reports_unknown_not_failed(client, unique):
-    oid = operation_id(workflow=unique, subject="invoice-62", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-62", action="refund", sequence=1)
     with pytest.raises(TimeoutError), \
             client.reserve("refund", refund_params("invoice-62"), operation_id=oid) as op:
         raise TimeoutError("the provider did not answer")
@@ -62,7 +62,7 @@ def test_an_exception_in_the_block_reports_unknown_not_failed(client, unique):
 @pytest.mark.parametrize("raised", [ProviderRejected("card_declined"), CardDeclined()])
 def test_a_provider_rejection_reports_failed(client, unique, raised):
     oid = operation_id(workflow=unique, subject=f"invoice-63-{type(raised).__name__}",
-                       action="refund")
+                       action="refund", sequence=1)
     with pytest.raises(type(raised)), client.reserve(
             "refund", refund_params("invoice-63"), operation_id=oid,
             rejections=(CardDeclined,)) as op:
@@ -71,7 +71,7 @@ def test_a_provider_rejection_reports_failed(client, unique, raised):
 
 
 def test_heartbeats_extend_the_lease_while_the_block_runs(client, unique):
-    oid = operation_id(workflow=unique, subject="invoice-64", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-64", action="refund", sequence=1)
     with client.reserve("refund", refund_params("invoice-64"), operation_id=oid,
                         heartbeat_interval=0.3) as op:
         first_expiry = op.claim.lease_expires_at
@@ -82,7 +82,7 @@ def test_heartbeats_extend_the_lease_while_the_block_runs(client, unique):
 
 
 def test_a_stale_fencing_token_is_refused(client, unique):
-    oid = operation_id(workflow=unique, subject="invoice-65", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-65", action="refund", sequence=1)
     with client.reserve("refund", refund_params("invoice-65"), operation_id=oid) as op:
         token = op.fencing_token
         op.result = {"id": "done"}
@@ -100,7 +100,7 @@ def test_guarded_tool_with_client_execution_runs_the_body_once(client, ledger, u
         calls.append(idempotency_key)
         return {"id": f"re_{invoice}"}
 
-    oid = operation_id(workflow=unique, subject="invoice-66", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-66", action="refund", sequence=1)
     first = refund("invoice-66", 100, "EUR", "cus_1", memo="a", operation_id=oid)
     again = refund("invoice-66", 100, "EUR", "cus_1", memo="b", operation_id=oid)
     assert first.status == "succeeded" and again.replayed and len(calls) == 1
@@ -109,7 +109,7 @@ def test_guarded_tool_with_client_execution_runs_the_body_once(client, ledger, u
 def test_wait_long_polls_when_the_ledger_holds_the_answer(ledger, unique):
     transport = CountingTransport()
     with LedgerClient(ledger.url, ledger.token, transport=transport) as client:
-        oid = operation_id(workflow=unique, subject="invoice-67", action="refund")
+        oid = operation_id(workflow=unique, subject="invoice-67", action="refund", sequence=1)
         client.submit("refund", refund_params("invoice-67"), operation_id=oid,
                       execution="async")
         assert client.wait(oid, timeout=60).status == "succeeded"

@@ -26,7 +26,7 @@ def test_a_guarded_tool_takes_the_signature_plus_a_required_operation_id(client,
                                           "operation_id"]
     assert signature.parameters["operation_id"].kind is inspect.Parameter.KEYWORD_ONLY
     assert "operation_id" in refund.__doc__ and "tool-call ID" in refund.__doc__
-    oid = operation_id(workflow=unique, subject="invoice-40", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-40", action="refund", sequence=1)
     first = refund("invoice-40", 2500, "EUR", "cus_123", memo="Damaged", operation_id=oid)
     again = refund(invoice="invoice-40", amount=2500, currency="EUR", payee="cus_123",
                    memo="It arrived broken", operation_id=oid, tool_call_id="call_regen1234")
@@ -36,7 +36,7 @@ def test_a_guarded_tool_takes_the_signature_plus_a_required_operation_id(client,
 
 def test_a_guarded_tool_can_build_its_id_from_the_params(client, ledger, unique):
     @client.tool("refund", returns="model", operation_id=lambda p: operation_id(
-        workflow=unique, subject=p["invoice"], action="refund"))
+        workflow=unique, subject=p["invoice"], action="refund", sequence=1))
     def refund(invoice: str, amount: int, currency: str, payee: str, memo: str = "") -> None:
         """Refund an invoice."""
 
@@ -57,7 +57,7 @@ def test_a_guarded_tool_without_an_id_refuses_to_run(client):
 
 @pytest.mark.anyio
 async def test_async_client_submits_replays_and_reports_conflicts(aclient, ledger, unique):
-    oid = operation_id(workflow=unique, subject="invoice-43", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-43", action="refund", sequence=1)
     first = await aclient.submit("refund", refund_params("invoice-43"), operation_id=oid)
     again = await aclient.submit("refund", refund_params("invoice-43", memo="reworded"),
                                  operation_id=oid)
@@ -70,7 +70,7 @@ async def test_async_client_submits_replays_and_reports_conflicts(aclient, ledge
 
 @pytest.mark.anyio
 async def test_async_wait_returns_on_resolution(aclient, ledger, unique):
-    oid = operation_id(workflow=unique, subject="invoice-44", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-44", action="refund", sequence=1)
     pending = await aclient.submit("refund", refund_params("invoice-44", memo="sandbox:timeout"),
                                    operation_id=oid)
     assert pending.http_status == 202 and pending.status == "unknown"
@@ -85,7 +85,7 @@ async def test_async_guarded_tool_and_forbidden_tool(ledger, unique):
         @narrow.tool("refund")
         async def refund(invoice: str, amount: int, currency: str, payee: str) -> None: ...
 
-        oid = operation_id(workflow=unique, subject="invoice-45", action="refund")
+        oid = operation_id(workflow=unique, subject="invoice-45", action="refund", sequence=1)
         with pytest.raises(ToolNotAllowed):
             await refund("invoice-45", 1, "EUR", "cus_1", operation_id=oid)
         with pytest.raises(NotFound):
@@ -103,8 +103,8 @@ def test_the_readme_ten_line_version_runs(ledger, unique):
     def refund(invoice: str, amount: int, currency: str, payee: str, memo: str = "") -> None:
         """Refund part or all of a paid invoice (amount in minor units)."""
 
-    op = refund("invoice-17", 2500, "EUR", "cus_123", memo="Damaged parcel",
-                operation_id=operation_id(workflow=unique, subject="invoice-17", action="refund"))
+    oid = operation_id(workflow=unique, subject="invoice-17", action="refund", sequence=1)
+    op = refund("invoice-17", 2500, "EUR", "cus_123", memo="Damaged parcel", operation_id=oid)
     # ---
     assert (op.status, op.replayed) == ("succeeded", False)
     assert op.for_model()["operation_id"] == f"{unique}:invoice-17:refund-1:v1"

@@ -26,7 +26,7 @@ from standardwebhooks.webhooks import Webhook
 def test_operation_id_is_built_from_business_keys():
     assert operation_id(workflow="workflow-81", subject="invoice-17", action="refund",
                         sequence=2) == "workflow-81:invoice-17:refund-2:v1"
-    assert operation_id(workflow="wf", subject="inv", action="refund", version=2) == \
+    assert operation_id(workflow="wf", subject="inv", action="refund", version=2, sequence=1) == \
         "wf:inv:refund-1:v2"
 
 
@@ -36,7 +36,7 @@ def test_operation_id_is_built_from_business_keys():
 ])
 def test_operation_id_refuses_tool_call_ids_and_per_attempt_random_values(part):
     with pytest.raises(UnsafeOperationId):
-        operation_id(workflow="workflow-81", subject=part, action="refund")
+        operation_id(workflow="workflow-81", subject=part, action="refund", sequence=1)
     with pytest.raises(UnsafeOperationId):
         check_operation_id(f"workflow-81:{part}:refund-1:v1")
 
@@ -45,13 +45,14 @@ def test_operation_id_refuses_tool_call_ids_and_per_attempt_random_values(part):
     ("tool-catalogue-sync", "invoice-17"), ("run-2024-11", "cus_123"), ("order-9", "call-back"),
 ])
 def test_operation_id_accepts_business_keys_that_merely_resemble_prefixes(workflow, subject):
-    assert operation_id(workflow=workflow, subject=subject, action="refund").startswith(workflow)
+    built = operation_id(workflow=workflow, subject=subject, action="refund", sequence=1)
+    assert built.startswith(workflow)
 
 
 @pytest.mark.parametrize("bad", [{"workflow": "a:b"}, {"subject": "has space"}, {"action": ""},
                                  {"sequence": 0}, {"version": 0}, {"sequence": True}])
 def test_operation_id_refuses_malformed_parts(bad):
-    parts = {"workflow": "wf", "subject": "inv", "action": "refund"} | bad
+    parts = {"workflow": "wf", "subject": "inv", "action": "refund", "sequence": 1} | bad
     with pytest.raises(UnsafeOperationId):
         operation_id(**parts)
 
@@ -129,3 +130,8 @@ def test_tampered_or_stale_webhooks_are_refused(tamper):
         del headers["webhook-signature"]
     with pytest.raises(WebhookVerificationError):
         verify_webhook(body, headers, secret=secret)
+
+
+def test_operation_id_needs_an_explicit_sequence():
+    with pytest.raises(TypeError):
+        operation_id(workflow="wf", subject="invoice-17", action="refund")  # type: ignore[call-arg]

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_a_regenerated_call_through_mcp_is_a_replay_with_one_effect(ledger, unique):
-    oid = operation_id(workflow=unique, subject="invoice-80", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-80", action="refund", sequence=1)
     async with connect(ledger.url, ledger.token) as mcp:
         first = await mcp.call_tool("refund", {"operation_id": oid,
                                                **refund_params("invoice-80", memo="Damaged")})
@@ -24,7 +24,7 @@ async def test_a_regenerated_call_through_mcp_is_a_replay_with_one_effect(ledger
 
 
 async def test_an_unknown_outcome_tells_the_model_not_to_retry_under_a_new_id(ledger, unique):
-    oid = operation_id(workflow=unique, subject="invoice-81", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-81", action="refund", sequence=1)
     async with connect(ledger.url, ledger.token) as mcp:
         result = await mcp.call_tool("refund", {
             "operation_id": oid, **refund_params("invoice-81", memo="sandbox:lose-response")})
@@ -46,7 +46,7 @@ async def test_a_tool_call_id_as_operation_id_is_refused_before_anything_is_sent
 
 
 async def test_a_changed_intent_returns_the_differences(ledger, unique):
-    oid = operation_id(workflow=unique, subject="invoice-83", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-83", action="refund", sequence=1)
     async with connect(ledger.url, ledger.token) as mcp:
         await mcp.call_tool("refund", {"operation_id": oid, **refund_params("invoice-83")})
         result = await mcp.call_tool("refund", {"operation_id": oid,
@@ -58,8 +58,8 @@ async def test_a_changed_intent_returns_the_differences(ledger, unique):
 
 async def test_list_run_shows_the_first_unresolved(ledger, unique):
     async with connect(ledger.url, ledger.token, "--run-id", unique) as mcp:
-        done = operation_id(workflow=unique, subject="invoice-84", action="refund")
-        pending = operation_id(workflow=unique, subject="invoice-85", action="refund")
+        done = operation_id(workflow=unique, subject="invoice-84", action="refund", sequence=1)
+        pending = operation_id(workflow=unique, subject="invoice-85", action="refund", sequence=1)
         await mcp.call_tool("refund", {"operation_id": done, **refund_params("invoice-84")})
         await mcp.call_tool("refund", {"operation_id": pending, **refund_params(
             "invoice-85", memo="sandbox:rate-limit")})
@@ -110,7 +110,7 @@ async def test_streamable_http_transport_serves_the_same_tools(ledger, unique):
                 break
             except httpx.HTTPError:
                 time.sleep(0.1)
-        oid = operation_id(workflow=unique, subject="invoice-86", action="refund")
+        oid = operation_id(workflow=unique, subject="invoice-86", action="refund", sequence=1)
         async with Client(f"http://127.0.0.1:{port}/mcp") as mcp:
             assert "refund" in {t.name for t in (await mcp.list_tools()).tools}
             result = await mcp.call_tool("refund", {"operation_id": oid,

@@ -29,7 +29,7 @@ FAST = RetryPolicy(max_attempts=3, base_delay=0.01, max_delay=0.05)
 
 
 def test_fresh_refund_is_created_and_succeeds_with_one_effect(client, ledger, unique):
-    oid = operation_id(workflow=unique, subject="invoice-17", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-17", action="refund", sequence=1)
     op = client.submit("refund", refund_params("invoice-17"), operation_id=oid,
                        run_id=unique, tool_call_id="call_aB3dE5fG7h")
     assert (op.http_status, op.status, op.replayed) == (201, "succeeded", False)
@@ -38,7 +38,7 @@ def test_fresh_refund_is_created_and_succeeds_with_one_effect(client, ledger, un
 
 
 def test_regenerated_call_with_reworded_memo_is_a_replay_with_one_effect(client, ledger, unique):
-    oid = operation_id(workflow=unique, subject="invoice-18", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-18", action="refund", sequence=1)
     first = client.submit("refund", refund_params("invoice-18", memo="Damaged parcel"),
                           operation_id=oid, tool_call_id="call_first0001")
     again = client.submit("refund", refund_params("invoice-18", memo="Parcel arrived damaged"),
@@ -50,7 +50,7 @@ def test_regenerated_call_with_reworded_memo_is_a_replay_with_one_effect(client,
 
 def test_lost_provider_response_is_an_answer_and_a_retry_sends_nothing_new(client, ledger,
                                                                            unique):
-    oid = operation_id(workflow=unique, subject="invoice-19", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-19", action="refund", sequence=1)
     params = refund_params("invoice-19", memo="sandbox:lose-response")
     first = client.submit("refund", params, operation_id=oid)
     assert (first.http_status, first.status) == (202, "unknown")  # never an exception
@@ -68,7 +68,7 @@ def test_response_lost_on_the_way_to_the_agent_is_retried_with_the_same_id(ledge
     events = []
     with LedgerClient(ledger.url, ledger.token, transport=transport, retry=FAST,
                       on_retry=events.append) as client:
-        oid = operation_id(workflow=unique, subject="invoice-20", action="refund")
+        oid = operation_id(workflow=unique, subject="invoice-20", action="refund", sequence=1)
         op = client.submit("refund", refund_params("invoice-20"), operation_id=oid)
     assert (op.status, op.replayed, op.http_status) == ("succeeded", True, 200)
     posted = [r for r in transport.requests if r.method == "POST"]
@@ -82,7 +82,7 @@ def test_503_is_retried_with_the_same_id_honouring_retry_after(ledger, unique):
     events = []
     with LedgerClient(ledger.url, ledger.token, transport=transport, retry=FAST,
                       on_retry=events.append) as client:
-        oid = operation_id(workflow=unique, subject="invoice-21", action="refund")
+        oid = operation_id(workflow=unique, subject="invoice-21", action="refund", sequence=1)
         op = client.submit("refund", refund_params("invoice-21"), operation_id=oid)
     assert op.status == "succeeded"
     assert [e.reason for e in events] == ["503"]
@@ -91,7 +91,7 @@ def test_503_is_retried_with_the_same_id_honouring_retry_after(ledger, unique):
 
 
 def test_changed_intent_raises_params_conflict_with_the_field_differences(client, unique):
-    oid = operation_id(workflow=unique, subject="invoice-22", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-22", action="refund", sequence=1)
     client.submit("refund", refund_params("invoice-22", amount=2500), operation_id=oid)
     with pytest.raises(ParamsConflict) as caught:
         client.submit("refund", refund_params("invoice-22", amount=2600), operation_id=oid)
@@ -101,7 +101,7 @@ def test_changed_intent_raises_params_conflict_with_the_field_differences(client
 
 
 def test_conflict_is_final_and_never_retried(client, retries, unique):
-    oid = operation_id(workflow=unique, subject="invoice-23", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-23", action="refund", sequence=1)
     client.submit("refund", refund_params("invoice-23"), operation_id=oid)
     with pytest.raises(ParamsConflict):
         client.submit("refund", refund_params("invoice-23", amount=1), operation_id=oid)
@@ -114,12 +114,12 @@ def test_bad_credential_raises_at_once_without_retrying(ledger, unique):
             pytest.raises(Unauthenticated) as caught:
         client.submit("refund", refund_params("invoice-24"),
                       operation_id=operation_id(workflow=unique, subject="invoice-24",
-                                                action="refund"))
+                                                action="refund", sequence=1))
     assert caught.value.status == 401 and events == []
 
 
 def test_tool_not_allowed_raises_at_once_and_records_nothing(ledger, client, unique):
-    oid = operation_id(workflow=unique, subject="invoice-25", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-25", action="refund", sequence=1)
     events = []
     with LedgerClient(ledger.url, ledger.tokens["narrow"], on_retry=events.append) as narrow, \
             pytest.raises(ToolNotAllowed) as caught:
@@ -132,7 +132,7 @@ def test_tool_not_allowed_raises_at_once_and_records_nothing(ledger, client, uni
 
 
 def test_invalid_params_raise_with_field_errors_and_record_nothing(client, ledger, unique):
-    oid = operation_id(workflow=unique, subject="invoice-26", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-26", action="refund", sequence=1)
     params = refund_params("invoice-26") | {"amount": 25.0}
     with pytest.raises(InvalidRequest) as caught:
         client.submit("refund", params, operation_id=oid)
@@ -144,7 +144,7 @@ def test_invalid_params_raise_with_field_errors_and_record_nothing(client, ledge
 
 def test_ledger_unreachable_raises_unavailable_naming_the_id_to_resubmit(unique):
     events = []
-    oid = operation_id(workflow=unique, subject="invoice-27", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-27", action="refund", sequence=1)
     with LedgerClient(free_port_url(), "token", retry=FAST, on_retry=events.append) as client, \
             pytest.raises(LedgerUnavailable) as caught:
         client.submit("refund", refund_params("invoice-27"), operation_id=oid)
@@ -154,7 +154,7 @@ def test_ledger_unreachable_raises_unavailable_naming_the_id_to_resubmit(unique)
 
 def test_provider_rate_limit_leaves_it_unsent_and_a_resubmit_sends_it_once(client, ledger,
                                                                            unique):
-    oid = operation_id(workflow=unique, subject="invoice-28", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-28", action="refund", sequence=1)
     params = refund_params("invoice-28", memo="sandbox:rate-limit")
     first = client.submit("refund", params, operation_id=oid)
     assert (first.http_status, first.status) == (202, "prepared")  # provably not sent
@@ -167,7 +167,7 @@ def test_provider_rate_limit_leaves_it_unsent_and_a_resubmit_sends_it_once(clien
 def test_wait_returns_when_a_worker_resolves_it(ledger, unique):
     transport = CountingTransport()
     with LedgerClient(ledger.url, ledger.token, transport=transport) as client:
-        oid = operation_id(workflow=unique, subject="invoice-29", action="refund")
+        oid = operation_id(workflow=unique, subject="invoice-29", action="refund", sequence=1)
         queued = client.submit("refund", refund_params("invoice-29"), operation_id=oid,
                                execution="async")
         assert (queued.http_status, queued.is_terminal) == (202, False)
@@ -203,7 +203,7 @@ def test_reading_an_unknown_id_is_not_found(client, unique):
 
 
 def test_operation_for_model_tells_it_not_to_retry_under_a_new_id(client, unique):
-    oid = operation_id(workflow=unique, subject="invoice-33", action="refund")
+    oid = operation_id(workflow=unique, subject="invoice-33", action="refund", sequence=1)
     op = client.submit("refund", refund_params("invoice-33", memo="sandbox:lose-response"),
                        operation_id=oid)
     answer = op.for_model()

@@ -34,7 +34,7 @@ def test_429_is_retried_with_the_same_operation_id_and_acts_once(throttled):
     events = []
     with LedgerClient(throttled.url, throttled.token, on_retry=events.append) as client:
         _exhaust(throttled)
-        oid = operation_id(workflow="throttled", subject="invoice-50", action="refund")
+        oid = operation_id(workflow="throttled", subject="invoice-50", action="refund", sequence=1)
         op = client.submit("refund", refund_params("invoice-50"), operation_id=oid)
     assert op.status == "succeeded"
     assert events and {(e.reason, e.operation_id) for e in events} == {("429", oid)}
@@ -46,7 +46,7 @@ def test_429_after_every_retry_raises_throttled_and_nothing_was_sent(throttled):
     policy = RetryPolicy(max_attempts=1)
     with LedgerClient(throttled.url, throttled.token, retry=policy) as client:
         _exhaust(throttled)
-        oid = operation_id(workflow="throttled", subject="invoice-51", action="refund")
+        oid = operation_id(workflow="throttled", subject="invoice-51", action="refund", sequence=1)
         with pytest.raises(Throttled) as caught:
             client.submit("refund", refund_params("invoice-51"), operation_id=oid)
     assert caught.value.status == 429 and caught.value.code == "throttled"

@@ -198,10 +198,11 @@ export function operationId(keys: {
   workflow: string;
   subject: string;
   action: string;
-  sequence?: number;
+  /** Numbers repeated actions on the same object; required so two genuine actions never share an ID. */
+  sequence: number;
   version?: number;
 }): string {
-  const { sequence = 1, version = 1 } = keys;
+  const { sequence, version = 1 } = keys;
   for (const [name, n] of [["sequence", sequence], ["version", version]] as const) {
     if (!Number.isInteger(n) || n < 1) throw new UnsafeOperationId(`${name} must be an integer starting at 1`);
   }

@@ -24,7 +24,7 @@ describe("features from the catalogue, client-execution and runs branches", () =
   });
 
   it("reserves, runs the provider call with the key once, and reports success", async () => {
-    const id = operationId({ workflow: unique(), subject: "invoice-60", action: "refund" });
+    const id = operationId({ workflow: unique(), subject: "invoice-60", action: "refund", sequence: 1 });
     const keys: string[] = [];
     const call = async (op: { idempotencyKey: string }) => {
       keys.push(op.idempotencyKey);
@@ -42,18 +42,18 @@ describe("features from the catalogue, client-execution and runs branches", () =
   });
 
   it("reports unknown when the call throws, failed when the provider rejected", async () => {
-    const a = operationId({ workflow: unique(), subject: "invoice-61", action: "refund" });
+    const a = operationId({ workflow: unique(), subject: "invoice-61", action: "refund", sequence: 1 });
     await assert.rejects(client.reserve("refund", refundParams("invoice-61"), { operationId: a }, async () => {
       throw new Error("socket hang up"); }));
     assert.equal((await client.get(a)).status, "unknown");
-    const b = operationId({ workflow: unique(), subject: "invoice-62", action: "refund" });
+    const b = operationId({ workflow: unique(), subject: "invoice-62", action: "refund", sequence: 1 });
     await assert.rejects(client.reserve("refund", refundParams("invoice-62"), { operationId: b }, async () => {
       throw new ProviderRejected("card_declined"); }), ProviderRejected);
     assert.equal((await client.get(b)).status, "failed");
   });
 
   it("refuses a stale fencing token", async () => {
-    const id = operationId({ workflow: unique(), subject: "invoice-63", action: "refund" });
+    const id = operationId({ workflow: unique(), subject: "invoice-63", action: "refund", sequence: 1 });
     let token = 0;
     await client.reserve("refund", refundParams("invoice-63"), { operationId: id }, async (op) => {
       token = op.fencingToken; return { id: "done" }; });

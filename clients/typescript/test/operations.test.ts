@@ -23,7 +23,7 @@ describe("against a live ledger", () => {
   after(async () => ledger.stop());
 
   it("creates a fresh refund and answers a regenerated call as a replay with one effect", async () => {
-    const id = operationId({ workflow: unique(), subject: "invoice-17", action: "refund" });
+    const id = operationId({ workflow: unique(), subject: "invoice-17", action: "refund", sequence: 1 });
     const first = await client.submit("refund", refundParams("invoice-17"), { operationId: id, toolCallId: "call_aB3dE5fG7h" });
     const again = await client.submit("refund", refundParams("invoice-17", { memo: "Parcel arrived broken" }),
       { operationId: id, toolCallId: "call_zY9xW8vU7t" });
@@ -35,7 +35,7 @@ describe("against a live ledger", () => {
   });
 
   it("returns a lost provider response as unknown (no throw); the retry sends nothing new; wait resolves", async () => {
-    const id = operationId({ workflow: unique(), subject: "invoice-18", action: "refund" });
+    const id = operationId({ workflow: unique(), subject: "invoice-18", action: "refund", sequence: 1 });
     const params = refundParams("invoice-18", { memo: "sandbox:lose-response" });
     const first = await client.submit("refund", params, { operationId: id });
     assert.deepEqual([first.httpStatus, first.status], [202, "unknown"]);
@@ -61,7 +61,7 @@ describe("against a live ledger", () => {
       return response;
     };
     const flaky = new LedgerClient(ledger.url, ledger.tokens.main, { fetch: losing, retry: FAST, onRetry: (e) => events.push(e) });
-    const id = operationId({ workflow: unique(), subject: "invoice-19", action: "refund" });
+    const id = operationId({ workflow: unique(), subject: "invoice-19", action: "refund", sequence: 1 });
     const op = await flaky.submit("refund", refundParams("invoice-19"), { operationId: id });
     assert.deepEqual([op.status, op.replayed], ["succeeded", true]);
     assert.equal(bodies.length, 2);
@@ -76,14 +76,14 @@ describe("against a live ledger", () => {
     const unavailableFirst: typeof fetch = async (input, init) =>
       ++calls === 1 ? new Response("restarting", { status: 503, headers: { "Retry-After": "0" } }) : fetch(input, init);
     const c = new LedgerClient(ledger.url, ledger.tokens.main, { fetch: unavailableFirst, retry: FAST, onRetry: (e) => events.push(e) });
-    const id = operationId({ workflow: unique(), subject: "invoice-20", action: "refund" });
+    const id = operationId({ workflow: unique(), subject: "invoice-20", action: "refund", sequence: 1 });
     assert.equal((await c.submit("refund", refundParams("invoice-20"), { operationId: id })).status, "succeeded");
     assert.deepEqual(events.map((e) => e.reason), ["503"]);
     assert.ok(events[0]!.delayMs <= FAST.baseDelayMs);
   });
 
   it("raises ParamsConflict with the field differences on a changed intent, and never retries it", async () => {
-    const id = operationId({ workflow: unique(), subject: "invoice-21", action: "refund" });
+    const id = operationId({ workflow: unique(), subject: "invoice-21", action: "refund", sequence: 1 });
     await client.submit("refund", refundParams("invoice-21"), { operationId: id });
     const before = retries.length;
     await assert.rejects(client.submit("refund", refundParams("invoice-21", { amount: 2600 }), { operationId: id }),
@@ -99,7 +99,7 @@ describe("against a live ledger", () => {
 
   it("throws at once on 401 and 403, and records nothing", async () => {
     const events: RetryEvent[] = [];
-    const id = operationId({ workflow: unique(), subject: "invoice-22", action: "refund" });
+    const id = operationId({ workflow: unique(), subject: "invoice-22", action: "refund", sequence: 1 });
     await assert.rejects(new LedgerClient(ledger.url, "al_bad", { onRetry: (e) => events.push(e) })
       .submit("refund", refundParams("invoice-22"), { operationId: id }), Unauthenticated);
     await assert.rejects(new LedgerClient(ledger.url, ledger.tokens.narrow, { onRetry: (e) => events.push(e) })
@@ -109,13 +109,13 @@ describe("against a live ledger", () => {
   });
 
   it("throws InvalidRequest with field errors for a float amount", async () => {
-    const id = operationId({ workflow: unique(), subject: "invoice-23", action: "refund" });
+    const id = operationId({ workflow: unique(), subject: "invoice-23", action: "refund", sequence: 1 });
     await assert.rejects(client.submit("refund", refundParams("invoice-23", { amount: 25.5 }), { operationId: id }),
       (error: unknown) => error instanceof InvalidRequest && "params.amount" in error.errors);
   });
 
   it("throws LedgerUnavailable naming the ID to resubmit when nothing answers", async () => {
-    const id = operationId({ workflow: unique(), subject: "invoice-24", action: "refund" });
+    const id = operationId({ workflow: unique(), subject: "invoice-24", action: "refund", sequence: 1 });
     const events: RetryEvent[] = [];
     const dead = new LedgerClient("http://127.0.0.1:9", "t", { retry: FAST, onRetry: (e) => events.push(e) });
     await assert.rejects(dead.submit("refund", refundParams("invoice-24"), { operationId: id }),
@@ -124,7 +124,7 @@ describe("against a live ledger", () => {
   });
 
   it("waits for a worker to resolve an async submission", async () => {
-    const id = operationId({ workflow: unique(), subject: "invoice-25", action: "refund" });
+    const id = operationId({ workflow: unique(), subject: "invoice-25", action: "refund", sequence: 1 });
     const queued = await client.submit("refund", refundParams("invoice-25"), { operationId: id, execution: "async" });
     assert.equal(queued.httpStatus, 202);
     assert.equal((await client.wait(id, { timeoutMs: 60000 })).status, "succeeded");
@@ -133,7 +133,7 @@ describe("against a live ledger", () => {
 
   it("lists a run with its first unresolved operation", async () => {
     const run = unique();
-    const done = operationId({ workflow: run, subject: "invoice-26", action: "refund" });
+    const done = operationId({ workflow: run, subject: "invoice-26", action: "refund", sequence: 1 });
     const pending = operationId({ workflow: run, subject: "invoice-27", action: "refund", sequence: 2 });
     await client.submit("refund", refundParams("invoice-26"), { operationId: done, runId: run });
     await client.submit("refund", refundParams("invoice-27", { memo: "sandbox:rate-limit" }), { operationId: pending, runId: run });
@@ -145,7 +145,7 @@ describe("against a live ledger", () => {
   it("guards a tool in a few lines and answers a regenerated call as a replay", async () => {
     const run = unique();
     const refund = client.tool<ReturnType<typeof refundParams>>("refund", {
-      operationId: (p) => operationId({ workflow: run, subject: p.invoice, action: "refund" }) });
+      operationId: (p) => operationId({ workflow: run, subject: p.invoice, action: "refund", sequence: 1 }) });
     const first = await refund(refundParams("invoice-28"), { toolCallId: "call_aaaa1111" });
     const again = await refund(refundParams("invoice-28", { memo: "reworded" }), { toolCallId: "call_bbbb2222" });
     assert.equal(first.status, "succeeded");
@@ -160,7 +160,7 @@ describe("against a live ledger", () => {
     type Refund = { invoice: string; amount: number; currency: string; payee: string; memo?: string };
     const ledgerClient = new LedgerClient(ledger.url, token);
     const refund = ledgerClient.tool<Refund>("refund", {
-      operationId: (p) => operationId({ workflow, subject: p.invoice, action: "refund" }),
+      operationId: (p) => operationId({ workflow, subject: p.invoice, action: "refund", sequence: 1 }),
     });
     const op = await refund({ invoice: "invoice-17", amount: 2500, currency: "EUR", payee: "cus_123", memo: "Damaged parcel" });
     // ---
@@ -181,7 +181,7 @@ describe("a throttling ledger (LEDGER_AGENT_RATE=2/s)", () => {
     }
     const events: RetryEvent[] = [];
     const client = new LedgerClient(ledger.url, ledger.tokens.main, { onRetry: (e) => events.push(e) });
-    const id = operationId({ workflow: "throttled", subject: "invoice-50", action: "refund" });
+    const id = operationId({ workflow: "throttled", subject: "invoice-50", action: "refund", sequence: 1 });
     const op = await client.submit("refund", refundParams("invoice-50"), { operationId: id });
     assert.equal(op.status, "succeeded");
     assert.ok(events.length >= 1);
@@ -195,9 +195,9 @@ describe("helpers", () => {
     assert.equal(operationId({ workflow: "workflow-81", subject: "invoice-17", action: "refund", sequence: 2 }),
       "workflow-81:invoice-17:refund-2:v1");
     for (const bad of ["call_aB3dE5fG7hJ9", "toolu_01A09q90qw90lq917835", crypto.randomUUID(), "a3f9c2e1b7d44e0f9a8b"]) {
-      assert.throws(() => operationId({ workflow: "wf", subject: bad, action: "refund" }), UnsafeOperationId);
+      assert.throws(() => operationId({ workflow: "wf", subject: bad, action: "refund", sequence: 1 }), UnsafeOperationId);
     }
-    assert.throws(() => operationId({ workflow: "a:b", subject: "x", action: "refund" }), UnsafeOperationId);
+    assert.throws(() => operationId({ workflow: "a:b", subject: "x", action: "refund", sequence: 1 }), UnsafeOperationId);
     assert.throws(() => operationId({ workflow: "wf", subject: "x", action: "refund", sequence: 0 }), UnsafeOperationId);
   });
 

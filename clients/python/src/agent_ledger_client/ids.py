@@ -50,14 +50,15 @@ def _part(name: str, value: object) -> str:
     return text
 
 
-def operation_id(*, workflow: str, subject: str, action: str, sequence: int = 1,
+def operation_id(*, workflow: str, subject: str, action: str, sequence: int,
                  version: int = 1) -> str:
     """Build `workflow:subject:action-sequence:vN` from business keys.
 
     >>> operation_id(workflow="workflow-81", subject="invoice-17", action="refund", sequence=2)
     'workflow-81:invoice-17:refund-2:v1'
 
-    `sequence` numbers repeated actions on the same object (the second refund of an invoice);
+    `sequence` numbers repeated actions on the same object (the second refund of an invoice is
+    sequence=2) and has no default: two genuine refunds must never share an ID by accident;
     `version` starts a new intent after a failed one (`…:v2`). Refuses tool-call IDs, UUIDs and
     other per-attempt random values.
     """
