@@ -84,6 +84,7 @@ class LiveInstance:
         self.sandbox_url = ""
         self.tokens: dict[str, str] = {}
         self._workdir: Path | None = None
+        self._env: dict[str, str] = {}
         self._children: list[tuple[str, subprocess.Popen[bytes], IO[bytes]]] = []
 
     @property
@@ -95,7 +96,7 @@ class LiveInstance:
         self._workdir = Path(tempfile.mkdtemp(prefix="agent-ledger-live-"))
         try:
             self._start_sandbox()
-            env = self._service_env()
+            env = self._env = self._service_env()
             self._manage(["migrate", "--noinput"], env)
             for name, tools in AGENTS.items():
                 self.tokens[name] = self._create_agent(f"sdk-{name}", tools, env)
@@ -159,6 +160,10 @@ class LiveInstance:
         if done.returncode != 0:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
         return done.stdout
+
+    def manage(self, *args: str) -> str:
+        """Run a management command against this instance; returns its standard output."""
+        return self._manage(list(args), self._env)
 
     def _create_agent(self, name: str, tools: str, env: Mapping[str, str]) -> str:
         output = self._manage(["create_agent", name, "--tools", tools], env)
