@@ -69,7 +69,7 @@ def scripted(call_id: str, memo: str) -> GenericFakeChatModel:
     ]))
 
 
-def main(url: str, token: str, sandbox_url: str, workflow_id: str = "workflow-81") -> dict:
+def main(url: str, token: str, sandbox_url: str, workflow_id: str = "workflow-82") -> dict:
     oid = operation_id(workflow=workflow_id, subject="invoice-17", action="refund", sequence=1)
     start = {"workflow_id": workflow_id, "messages": [("user", "Refund invoice-17")]}
     with LedgerClient(url, token) as ledger:
@@ -77,8 +77,10 @@ def main(url: str, token: str, sandbox_url: str, workflow_id: str = "workflow-81
         thread = {"configurable": {"thread_id": f"{workflow_id}-1"}}
         paused = graph.invoke(start, thread)
         interrupted = [i.value for i in paused.get("__interrupt__", [])]
-        ledger.wait(oid, timeout=120)  # the ledger resolves the same ID; never submit a new one
-        resumed = graph.invoke(Command(resume=True), thread)
+        resumed = paused  # no interrupt: already resolved (a re-run of this example)
+        if interrupted:
+            ledger.wait(oid, timeout=120)  # the ledger resolves the same ID; never a new one
+            resumed = graph.invoke(Command(resume=True), thread)
         regenerated_graph = build(ledger, scripted("call_Zz98Yy76Xx54",
                                                    "The customer's parcel arrived broken"))
         regenerated = regenerated_graph.invoke(start, {"configurable": {

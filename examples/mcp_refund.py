@@ -54,7 +54,7 @@ async def run(url: str, token: str, sandbox_url: str, workflow_id: str) -> dict:
             "effects": effects(sandbox_url, oid)}
 
 
-def main(url: str, token: str, sandbox_url: str, workflow_id: str = "workflow-81") -> dict:
+def main(url: str, token: str, sandbox_url: str, workflow_id: str = "workflow-84") -> dict:
     return anyio.run(run, url, token, sandbox_url, workflow_id)
 
 

@@ -63,22 +63,27 @@ def scripted(call_id: str, memo: str):
     return FunctionModel(model)
 
 
-def main(url: str, token: str, sandbox_url: str, workflow_id: str = "workflow-81") -> dict:
+def main(url: str, token: str, sandbox_url: str, workflow_id: str = "workflow-83") -> dict:
     with LedgerClient(url, token) as ledger:
         deps = Deps(workflow_id, ledger)
         first = agent.run_sync("Refund invoice-17", deps=deps, model=scripted(
             "call_Ab12Cd34Ef56", "sandbox:lose-response"))  # the provider answer is lost
-        assert isinstance(first.output, DeferredToolRequests)  # the ledger said 202
-        call = first.output.calls[0]
-        oid = first.output.metadata[call.tool_call_id]["operation_id"]
-        resolved = ledger.wait(oid, timeout=120)  # the same ID, never a new one
-        resumed = agent.run_sync(
-            deps=deps, model=scripted("unused", "unused"), message_history=first.all_messages(),
-            deferred_tool_results=DeferredToolResults(calls={call.tool_call_id:
-                                                             resolved.for_model()}))
+        oid = operation_id(workflow=workflow_id, subject="invoice-17", action="refund",
+                           sequence=1)
+        deferred = []
+        resumed = first  # already resolved (this example ran before on this ledger): a replay
+        if isinstance(first.output, DeferredToolRequests):  # the ledger said 202
+            call = first.output.calls[0]
+            deferred.append(call.tool_call_id)
+            resolved = ledger.wait(oid, timeout=120)  # the same ID, never a new one
+            resumed = agent.run_sync(
+                deps=deps, model=scripted("unused", "unused"),
+                message_history=first.all_messages(),
+                deferred_tool_results=DeferredToolResults(calls={call.tool_call_id:
+                                                                 resolved.for_model()}))
         regenerated = agent.run_sync("Refund invoice-17", deps=deps, model=scripted(
             "call_Zz98Yy76Xx54", "The customer's parcel arrived broken"))
-        return {"operation_id": oid, "deferred": [c.tool_call_id for c in first.output.calls],
+        return {"operation_id": oid, "deferred": deferred,
                 "resumed": json.loads(resumed.output), "regenerated": json.loads(
                     regenerated.output), "effects": effects(sandbox_url, oid)}
 
