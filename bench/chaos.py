@@ -4,6 +4,16 @@ reconcile; then the invariants.
 
     .venv/bin/python bench/chaos.py                      # 5,000 operations (see bench/README.md)
     .venv/bin/python bench/chaos.py --operations 200 --clock shifted
+    ACME_PAYOUTS_TOKEN="Bearer chaos" .venv/bin/python bench/chaos.py --operations 300 \
+        --clock shifted --tools-file tests/catalogues/acme.toml --tool payout \
+        --url-env ACME_PAYOUTS_URL \
+        --params '{"supplier": "sup_{n}", "invoice": "inv-{n}", "amount_minor": 4200,
+                   "currency": "EUR"}'
+
+With --tools-file and --tool the run drives a tool declared only in a catalogue (its provider
+pointed at the sandbox: `setting:SANDBOX_URL`, or an env:NAME that --url-env sets), with the
+rate-limit fault added to the mix; --params is its params, "{n}" replaced by the operation's
+number.
 
 The test suite runs the same driver at 200 operations (tests/reconciliation/test_chaos.py).
 Invariants checked: every operation ends succeeded, failed or awaiting review; the provider's
@@ -15,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import queue
 import random
@@ -36,6 +47,7 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ALL_FAULTS = ("lose-response", "timeout", "500-after-commit", "drop-before-commit", "reject",
               "lookup-lag-2")
 TOOLS = ("refund", "send_email", "create_ticket")
+CATALOGUE_FAULTS = (*ALL_FAULTS, "rate-limit")
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,10 @@ class ChaosConfig:
     thrice_share: float = 0.10  # … and three times
     high_value_share: float = 0.05  # refunds at or above the high-value threshold
     converge_timeout: float = 600.0  # wall-clock seconds
+    tools: tuple[str, ...] = TOOLS
+    # Params for tools other than the demo's: strings get "{n}" replaced by the op's number.
+    params_template: dict[str, Any] | None = None
+    faults: tuple[str, ...] = ALL_FAULTS
 
 
 @dataclass
@@ -126,7 +142,7 @@ def plan(config: ChaosConfig) -> list[tuple[str, int, dict[str, Any]]]:
     rng = random.Random(config.seed)
     submissions = []
     for n in range(config.operations):
-        tool = TOOLS[n % len(TOOLS)]
+        tool = config.tools[n % len(config.tools)]
         operation_id = f"chaos-{config.seed}:obj-{n}:{tool}-1:v1"
         body = {"operation_id": operation_id, "tool": tool, "params": _params(tool, n, rng,
                                                                                config),
@@ -140,6 +156,9 @@ def plan(config: ChaosConfig) -> list[tuple[str, int, dict[str, Any]]]:
 
 
 def _params(tool: str, n: int, rng: random.Random, config: ChaosConfig) -> dict[str, Any]:
+    if config.params_template is not None:
+        return {name: value.replace("{n}", str(n)) if isinstance(value, str) else value
+                for name, value in config.params_template.items()}
     if tool == "refund":
         high = rng.random() < config.high_value_share
         return {"invoice": f"invoice-{n}", "amount": rng.randint(100_000, 2_000_000) if high
@@ -153,10 +172,10 @@ def _params(tool: str, n: int, rng: random.Random, config: ChaosConfig) -> dict[
 
 # --- phases ---------------------------------------------------------------------------------
 
-def make_agents(count: int) -> list[str]:
+def make_agents(count: int, tools: tuple[str, ...] = TOOLS) -> list[str]:
     from ledger.auth import agent_create
 
-    return [agent_create(name=f"chaos-agent-{n}", tools=TOOLS)[1] for n in range(count)]
+    return [agent_create(name=f"chaos-agent-{n}", tools=tools)[1] for n in range(count)]
 
 
 def submit_all(submissions: list[tuple[str, int, dict[str, Any]]], tokens: list[str],
@@ -364,9 +383,9 @@ def run_chaos(config: ChaosConfig, sandbox: SandboxClient,
     report = ChaosReport()
     sandbox.reset()
     sandbox.configure(chaos_probability=config.chaos_probability, chaos_seed=config.seed,
-                      chaos_faults=list(ALL_FAULTS),
+                      chaos_faults=list(config.faults),
                       index_lag_seconds=config.index_lag_seconds)
-    tokens = make_agents(config.agents)
+    tokens = make_agents(config.agents, config.tools)
     submissions = plan(config)
     report.submissions = len(submissions)
     report.resubmitted_ids = sum(1 for n in Counter(s[0] for s in submissions).values() if n > 1)
@@ -404,12 +423,20 @@ def _run_threads(targets: list[Callable[[], None]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    if args.tools_file:
+        os.environ["LEDGER_TOOLS_FILE"] = str(Path(args.tools_file).resolve())
+    catalogue_run = bool(args.tool)
     config = ChaosConfig(operations=args.operations, clients=args.clients, agents=args.agents,
                          sweepers=args.sweepers, chaos_probability=args.chaos, seed=args.seed,
-                         converge_timeout=args.timeout)
+                         converge_timeout=args.timeout,
+                         tools=tuple(args.tool) if catalogue_run else TOOLS,
+                         params_template=json.loads(args.params) if args.params else None,
+                         faults=CATALOGUE_FAULTS if catalogue_run else ALL_FAULTS)
     with _environment(args) as sandbox, _clock(args.clock, sandbox) as clock:
-        print(f"chaos: {config.operations} operations, {config.clients} clients, "
-              f"chaos {config.chaos_probability:.0%} ({', '.join(ALL_FAULTS)}), "
+        _check_params(config)
+        print(f"chaos: {config.operations} operations of {', '.join(config.tools)}, "
+              f"{config.clients} clients, "
+              f"chaos {config.chaos_probability:.0%} ({', '.join(config.faults)}), "
               f"{args.clock} clock, database {_database_label()}", flush=True)
         report = run_chaos(config, sandbox, clock)
     print("\n".join(report.lines()))
@@ -434,7 +461,24 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                              "Django's and the sandbox's clocks instead")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="give up converging after this many wall-clock seconds")
+    parser.add_argument("--tools-file", help="the catalogue to load (LEDGER_TOOLS_FILE)")
+    parser.add_argument("--tool", action="append", default=[],
+                        help="drive this catalogue tool (repeatable) instead of the demo's")
+    parser.add_argument("--params", help="JSON params for --tool; \"{n}\" is the op number")
+    parser.add_argument("--url-env", help="environment variable the catalogue reads the "
+                                          "provider's base URL from; set to the sandbox's")
     return parser.parse_args(argv)
+
+
+def _check_params(config: ChaosConfig) -> None:
+    """Refuse before the run what the ledger would refuse for every operation."""
+    from ledger.tools import get_tool
+
+    rng = random.Random(0)
+    for tool in config.tools:
+        errors = get_tool(tool).validate(_params(tool, 0, rng, config))
+        if errors:
+            raise SystemExit(f"--params do not fit {tool}: {errors}")
 
 
 @contextlib.contextmanager
@@ -453,6 +497,8 @@ def _environment(args: argparse.Namespace) -> Iterator[SandboxClient]:
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     with SandboxServer(env={"SANDBOX_TIMEOUT_SLEEP_SECONDS": "2"}) as server:
         os.environ["SANDBOX_URL"] = server.url
+        if args.url_env:
+            os.environ[args.url_env] = server.url
         import django
 
         django.setup()

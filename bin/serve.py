@@ -50,6 +50,9 @@ def main() -> int:
         "SANDBOX_URL": f"http://127.0.0.1:{args.sandbox_port}",
         "SANDBOX_SMTP_PORT": str(args.sandbox_smtp_port),
         "PYTHONUNBUFFERED": "1",
+        # Read by config/tools-stripe-smtp.toml (env:STRIPE_API_KEY): an explicit dev default
+        # that only the sandbox's Stripe slice accepts.
+        "STRIPE_API_KEY": os.environ.get("STRIPE_API_KEY", "sk_test_sandbox"),
     }
     sandbox_env = env | {"SANDBOX_TIMEOUT_SLEEP_SECONDS": env.get("SANDBOX_TIMEOUT_SLEEP_SECONDS",
                                                                   "15")}

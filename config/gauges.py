@@ -8,7 +8,7 @@ from django.utils import timezone
 from prometheus_client import Gauge
 
 from ledger.models import Operation
-from ledger.providers import get_adapter
+from ledger.tools import UnknownTool, get_tool
 
 IN_FLIGHT_PAST_LEASE = Gauge("ledger_in_flight_past_lease", "in_flight rows past their lease")
 UNKNOWN_PAST_SLA = Gauge("ledger_unknown_past_sla", "unknown rows older than the SLA")
@@ -33,9 +33,13 @@ def refresh_gauges() -> None:
     AWAITING_REVIEW.set(Case.objects.filter(state=Case.State.AWAITING_REVIEW).count())
     near = 0
     unresolved = Operation.objects.filter(status=S.UNKNOWN, key_first_sent_at__isnull=False)
-    for provider, first_sent in unresolved.values_list("provider", "key_first_sent_at"):
+    for tool, version, first_sent in unresolved.values_list("tool", "tool_version",
+                                                             "key_first_sent_at"):
         assert first_sent is not None  # filtered on key_first_sent_at__isnull=False
-        retention = get_adapter(provider).capabilities.key_retention_seconds
+        try:
+            retention = get_tool(tool, version).adapter.capabilities.key_retention_seconds
+        except UnknownTool:
+            continue
         if retention and first_sent + dt.timedelta(seconds=retention) - now < dt.timedelta(hours=2):
             near += 1
     KEYS_NEAR_RETENTION.set(near)

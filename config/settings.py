@@ -252,14 +252,11 @@ SANDBOX_URL = env_str("SANDBOX_URL", "http://127.0.0.1:8765")
 # The sandbox's SMTP listener, which the `smtp-sandbox` e-mail adapter sends to.
 SANDBOX_SMTP_HOST = env_str("SANDBOX_SMTP_HOST", "127.0.0.1")
 SANDBOX_SMTP_PORT = env_int("SANDBOX_SMTP_PORT", 8025)
-# The provider new refunds go to: "sandbox" (generic HTTP) or "stripe-sandbox" (the official
-# Stripe SDK against the sandbox's Stripe API). Each operation keeps the provider it was made with.
-LEDGER_REFUND_PROVIDER = env_str("LEDGER_REFUND_PROVIDER", "sandbox")
-# The provider new e-mails go to: "sandbox" (generic HTTP) or "smtp-sandbox" (SMTP).
-LEDGER_EMAIL_PROVIDER = env_str("LEDGER_EMAIL_PROVIDER", "sandbox")
+# The tool catalogue (README, "Guard your own tool"): every tool, its params schema, thresholds
+# and provider connector. Read and validated once at start-up. The demo's is config/tools.toml;
+# config/tools-stripe-smtp.toml adds refund v2 on the Stripe SDK and send_email v2 over SMTP.
+LEDGER_TOOLS_FILE = env_str("LEDGER_TOOLS_FILE", str(BASE_DIR / "config" / "tools.toml"))
 LEDGER_EMAIL_FROM = env_str("LEDGER_EMAIL_FROM", "ledger@example.invalid")
-# An explicit dev default that only the sandbox accepts; never logged.
-STRIPE_API_KEY = env_str("STRIPE_API_KEY", "sk_test_sandbox")
 # Overrides every tool's own request timeout when set (tests shorten it).
 LEDGER_PROVIDER_TIMEOUT_SECONDS = env_float("LEDGER_PROVIDER_TIMEOUT_SECONDS", 0) or None
 LEDGER_RETRY_AFTER_SECONDS = env_int("LEDGER_RETRY_AFTER_SECONDS", 5)

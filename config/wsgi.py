@@ -6,3 +6,8 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 application = get_wsgi_application()
+
+# A broken tool catalogue refuses to start the web process (the system check names each problem).
+from ledger.tools import catalogue  # noqa: E402
+
+catalogue()

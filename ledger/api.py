@@ -20,7 +20,10 @@ from ledger.serializers import (
     OperationSerializer,
     OperationSubmitSerializer,
     RunOperationsSerializer,
+    ToolListSerializer,
+    ToolSerializer,
 )
+from ledger.tools import UnknownTool, get_tool, latest_tools
 
 
 def _resource(operation: Operation, request: Request, *, status_code: int,
@@ -126,3 +129,31 @@ class RunOperationsApi(APIView):
             "first_unresolved": OperationSerializer(first_unresolved, context=context).data
             if first_unresolved else None,
         })
+
+
+class ToolListApi(APIView):
+    @extend_schema(responses={200: ToolListSerializer}, operation_id="tools_list",
+                   summary="The tools this agent may use, at the version new operations get")
+    def get(self, request: Request) -> Response:
+        agent = request_agent(request)
+        return Response({"tools": [tool.resource() for tool in latest_tools()
+                                   if agent.may_use(tool.name)]})
+
+
+class ToolDetailApi(APIView):
+    @extend_schema(
+        responses={200: ToolSerializer,
+                   404: OpenApiResponse(description="No such tool, or not for this agent.")},
+        operation_id="tools_retrieve",
+        summary="One tool this agent may use",
+    )
+    def get(self, request: Request, name: str) -> Response:
+        agent = request_agent(request)
+        try:
+            tool = get_tool(name)
+        except UnknownTool:
+            tool = None
+        if tool is None or not agent.may_use(tool.name):
+            # The same answer either way: an agent learns nothing about tools it may not use.
+            return problem(404, title="Not found", detail="No such tool.", code="not_found")
+        return Response(tool.resource())

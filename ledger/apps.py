@@ -8,4 +8,9 @@ class LedgerConfig(AppConfig):
     verbose_name = "Action ledger"
 
     def ready(self) -> None:
-        from ledger import schema  # noqa: F401  (registers the OpenAPI auth extension)
+        from ledger import checks, schema, tools  # noqa: F401  (registers checks, OpenAPI extension)
+
+        # Read and validated once, here; a broken catalogue is kept for `manage.py check` to
+        # report in full and refused by every read (the web and worker processes refuse to
+        # start: config/wsgi.py, config/celery.py).
+        tools.load()

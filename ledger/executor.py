@@ -7,6 +7,7 @@ A fresh action costs two commits (record+claim, outcome) besides the provider ca
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import enum
 import logging
@@ -20,13 +21,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from ledger import metrics, selectors, transitions
+from ledger import metrics, selectors, transitions, versions
 from ledger.canonical import CanonicalizationError, params_hash, provider_idempotency_key
 from ledger.identity import validate_operation_id
 from ledger.models import AgentCredential, Operation
-from ledger.providers import get_adapter
 from ledger.providers.base import Confirmed, NotSent, Rejected, SendOutcome, Unknown
-from ledger.tools import Tool, UnknownTool, get_tool
+from ledger.tools import Tool, UnknownTool, get_tool, tool_of
 
 logger = logging.getLogger(__name__)
 S = Operation.Status
@@ -71,9 +71,10 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _validated(tool_name: str, params: Any, agent: AgentCredential) -> tuple[Tool, dict[str, Any]]:
+def _validated(tool_name: str, params: Any, agent: AgentCredential,
+               version: int | None = None) -> tuple[Tool, dict[str, Any]]:
     try:
-        tool = get_tool(tool_name)
+        tool = get_tool(tool_name, version)
     except UnknownTool:
         raise InvalidSubmission({"tool": f"unknown tool {tool_name!r}"}) from None
     if not agent.may_use(tool.name):
@@ -81,6 +82,11 @@ def _validated(tool_name: str, params: Any, agent: AgentCredential) -> tuple[Too
     errors = tool.validate(params)
     if errors:
         raise InvalidSubmission({f"params.{k}": v for k, v in errors.items()})
+    if not tool.adapter.capabilities.can_send:
+        raise InvalidSubmission({"tool": f"{tool.name} is executed by the client; the ledger "
+                                         "has no connector that can send it"})
+    # Once per version and process: a used version's schema must not have changed.
+    versions.ensure_recorded(tool)
     return tool, dict(params)
 
 
@@ -128,27 +134,36 @@ def submit(
         validate_operation_id(operation_id)
     except ValueError as exc:
         raise InvalidSubmission({"operation_id": str(exc)}) from None
-    tool, params = _validated(tool_name, params, agent)
+    existing = selectors.operation_lookup(operation_id)
+    # A retry of an operation is judged by the version it was recorded with, not the latest.
+    recorded = existing is not None and existing.agent_id == agent.pk \
+        and existing.tool == tool_name
+    tool, params = _validated(tool_name, params, agent,
+                              existing.tool_version if existing is not None and recorded
+                              else None)
+    if not execute and tool.withholds(params):
+        raise InvalidSubmission({"execution": "params with secret fields are sent at once "
+                                              "(sync): the ledger never stores them"})
     values = _row_values(tool=tool, operation_id=operation_id, params=params, run_id=run_id,
                          tool_call_id=tool_call_id, customer_ref=customer_ref)
-    existing = selectors.operation_lookup(operation_id)
     if existing is not None:
         # The common retry path: one indexed read, no write.
         return _resubmitted(existing, values=values, tool=tool, agent=agent,
-                            tool_call_id=tool_call_id, execute=execute)
+                            tool_call_id=tool_call_id, execute=execute, params=params)
     worker = worker_name()
     if execute:
         operation, claim = transitions.operation_record_and_claim(
             agent=agent, values=values, worker=worker, lease_seconds=tool.lease_seconds)
         if claim is not None:
-            return Submission(send_claimed(claim, tool=tool), Disposition.CREATED)
+            return Submission(send_claimed(claim, tool=tool, params=params),
+                              Disposition.CREATED)
     else:
         operation, created = transitions.operation_record(agent=agent, values=values)
         if created:
             _enqueue_after_commit(operation)
             return Submission(operation, Disposition.CREATED)
     return _resubmitted(operation, values=values, tool=tool, agent=agent,
-                        tool_call_id=tool_call_id, execute=execute)
+                        tool_call_id=tool_call_id, execute=execute, params=params)
 
 
 def _enqueue_after_commit(operation: Operation) -> None:
@@ -162,7 +177,7 @@ def _enqueue_after_commit(operation: Operation) -> None:
 
 def _resubmitted(
     operation: Operation, *, values: Mapping[str, Any], tool: Tool, agent: AgentCredential,
-    tool_call_id: str, execute: bool,
+    tool_call_id: str, execute: bool, params: dict[str, Any],
 ) -> Submission:
     if operation.agent_id != agent.pk or operation.params_hash != values["params_hash"]:
         # Another agent's ID is reported as a conflict too, without showing its params.
@@ -174,7 +189,7 @@ def _resubmitted(
     if execute and operation.status == S.PREPARED:
         # Recorded earlier but not sent (a refused connection, or queued for a worker): the
         # claim decides who sends, so this caller may try.
-        sent = execute_prepared(operation)
+        sent = execute_prepared(operation, params=params)
         return _existing(sent, tool) if sent.is_terminal else Submission(sent, Disposition.PENDING)
     return _existing(operation, tool)
 
@@ -205,24 +220,34 @@ def _differences(
     return diff or {"params": {"detail": "canonical form differs (unicode normalisation)"}}
 
 
-def execute_prepared(operation: Operation) -> Operation:
-    """Claim a prepared operation and send it; the loser of a claim race returns the row."""
-    tool = get_tool(operation.tool)
+def execute_prepared(operation: Operation, *, params: dict[str, Any] | None = None
+                     ) -> Operation:
+    """Claim a prepared operation and send it; the loser of a claim race returns the row.
+    `params`: the caller's own (unredacted) params, when it is the agent retrying."""
+    tool = tool_of(operation)
+    if params is None and tool.withholds(operation.params):
+        # Its secret fields were never stored: only the agent's retry can send it.
+        return operation
     claim = transitions.operation_claim(operation, worker=worker_name(),
                                         lease_seconds=tool.lease_seconds)
     if claim is None:
         return Operation.objects.get(pk=operation.pk)
-    return send_claimed(claim, tool=tool)
+    return send_claimed(claim, tool=tool, params=params)
 
 
 def request_timeout(tool: Tool) -> float:
     return float(settings.LEDGER_PROVIDER_TIMEOUT_SECONDS or tool.request_timeout)
 
 
-def send_claimed(claim: transitions.Claim, *, tool: Tool, actor: str = "") -> Operation:
-    """Steps 7 and 8: send with the stored key outside any transaction, then persist."""
+def send_claimed(claim: transitions.Claim, *, tool: Tool, actor: str = "",
+                 params: dict[str, Any] | None = None) -> Operation:
+    """Steps 7 and 8: send with the stored key outside any transaction, then persist.
+    `params`: the submitted params, secrets included, which the stored row does not hold."""
     operation = claim.operation
-    adapter = get_adapter(operation.provider)
+    if params is not None and tool.withholds(params):
+        operation = copy.copy(operation)  # in memory only, for the connector
+        operation.params = dict(params)
+    adapter = tool.adapter
     outcome = adapter.send(operation, key=operation.idempotency_key, timeout=request_timeout(tool))
     return persist_outcome(claim, outcome, actor=actor or f"worker:{worker_name()}")
 
@@ -288,7 +313,7 @@ def _apply(operation: Operation, token: int, outcome: SendOutcome, actor: str) -
         case NotSent():
             return transitions.operation_release(
                 operation=operation, fencing_token=token, error_class=outcome.error_class,
-                actor=actor)
+                actor=actor, data=data)
         case Unknown():
             return transitions.operation_mark_unknown(
                 operation=operation, fencing_token=token, error_class=outcome.error_class,
@@ -302,7 +327,17 @@ def _evidence(outcome: SendOutcome) -> dict[str, Any]:
         data |= {"provider_request_id": outcome.provider_request_id, "replayed": outcome.replayed}
     else:
         data["error_class"] = outcome.error_class
+    if isinstance(outcome, NotSent) and outcome.retry_after_seconds is not None:
+        data["retry_after_seconds"] = outcome.retry_after_seconds
     return data
+
+
+def _retry_after(operation: Operation) -> dt.timedelta:
+    """How long the provider asked us to wait (429 Retry-After) when it last refused it."""
+    last = operation.events.filter(to_status=S.PREPARED).order_by("-id").values_list(
+        "data", flat=True).first()
+    seconds = (last or {}).get("retry_after_seconds") if isinstance(last, dict) else None
+    return dt.timedelta(seconds=float(seconds)) if seconds else dt.timedelta(0)
 
 
 UNSENT_RETRY_BASE = dt.timedelta(seconds=10)
@@ -320,7 +355,7 @@ def retry_unsent(*, batch: int = 100) -> int:
     sent = 0
     for operation in candidates:
         backoff = min(UNSENT_RETRY_BASE * (2 ** max(operation.attempts - 1, 0)), UNSENT_RETRY_MAX)
-        if operation.updated_at > now - backoff:
+        if operation.updated_at > now - max(backoff, _retry_after(operation)):
             continue
         if execute_prepared(operation).status != S.PREPARED:
             sent += 1

@@ -176,3 +176,27 @@ class OperationEvent(AppendOnlyModel):
     def __str__(self) -> str:
         return f"{self.operation_id}: {self.from_status or '∅'} → {self.to_status} ({self.reason})"
 
+
+
+class ToolVersion(models.Model):
+    """A catalogue tool version as it was when an operation first used it.
+
+    A used version is immutable: its fingerprint (params schema, intent fields, value, subject,
+    provider) is recorded on first use, and a catalogue that later declares the same version
+    differently is refused (by `manage.py check --database default`, by `migrate`, and by the
+    first submission of each process) instead of silently changing old operations' meaning.
+    """
+
+    tool = models.CharField(max_length=64)
+    version = models.PositiveIntegerField()
+    fingerprint = models.CharField(max_length=71)
+    first_used_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tool", "version"]
+        constraints = [
+            models.UniqueConstraint(fields=["tool", "version"], name="tool_version_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool} v{self.version}"

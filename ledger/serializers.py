@@ -110,3 +110,39 @@ class RunOperationsSerializer(serializers.Serializer):
     count = serializers.IntegerField()
     operations = OperationSerializer(many=True)
     first_unresolved = OperationSerializer(allow_null=True)
+
+
+class ToolValueSerializer(serializers.Serializer):
+    amount_field = serializers.CharField(help_text="The param holding the amount, in minor units.")
+    currency_field = serializers.CharField(help_text="The param holding the ISO 4217 currency.")
+
+
+class ToolSerializer(serializers.Serializer):
+    """A catalogue tool as agents and SDKs discover it (never its connector's settings)."""
+
+    name = serializers.CharField()
+    version = serializers.IntegerField(help_text="The version new operations are recorded with.")
+    description = serializers.CharField()
+    params_schema = serializers.JSONField(help_text="The params, as JSON Schema (draft 2020-12).")
+    intent_fields = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="The params that define the intent (the params hash covers these only).")
+    free_text_fields = serializers.ListField(
+        child=serializers.CharField(), help_text="Params the model may reword between retries.")
+    secret_fields = serializers.ListField(
+        child=serializers.CharField(), help_text="Params redacted in storage, logs and pages.")
+    value = ToolValueSerializer(allow_null=True)
+    high_value_thresholds = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="Per currency, in minor units: at or above it (or in a currency not listed) "
+                  "an unknown outcome always goes to a person.")
+    four_eyes_thresholds = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="Per currency: at or above it (or in a currency not listed) a staff decision "
+                  "needs two people.")
+    client_execution = serializers.BooleanField(
+        help_text="Whether the agent may execute the call itself (execution: client).")
+
+
+class ToolListSerializer(serializers.Serializer):
+    tools = ToolSerializer(many=True)

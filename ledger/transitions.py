@@ -307,12 +307,13 @@ def _resolution_fields(
 
 
 def operation_release(
-    *, operation: Operation, fencing_token: int, error_class: str, actor: str
+    *, operation: Operation, fencing_token: int, error_class: str, actor: str,
+    data: Mapping[str, Any] | None = None,
 ) -> Operation:
     """in_flight → prepared: the request provably never left, so sending again is safe."""
     return _transition(
         operation.pk, expected_from=frozenset({S.IN_FLIGHT}), to_status=S.PREPARED, actor=actor,
-        reason="not_sent", fencing_token=fencing_token, operation=operation,
+        reason="not_sent", fencing_token=fencing_token, operation=operation, data=data,
         fields={"error_class": error_class, "lease_owner": "", "lease_expires_at": None},
     )
 

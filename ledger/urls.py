@@ -10,5 +10,7 @@ urlpatterns = [
     path("operations", api.OperationSubmitApi.as_view(), name="operation-submit"),
     path("operations/<str:operation_id>", api.OperationDetailApi.as_view(),
          name="operation-detail"),
+    path("tools", api.ToolListApi.as_view(), name="tool-list"),
+    path("tools/<str:name>", api.ToolDetailApi.as_view(), name="tool-detail"),
     path("runs/<str:run_id>/operations", api.RunOperationsApi.as_view(), name="run-operations"),
 ]

@@ -29,7 +29,6 @@ from django.utils import timezone
 from ledger import executor
 from ledger import transitions as ledger_transitions
 from ledger.models import Operation
-from ledger.providers import get_adapter
 from ledger.providers.base import (
     Capabilities,
     Confirmed,
@@ -44,7 +43,7 @@ from ledger.providers.base import (
     Unknown,
     UnknownReason,
 )
-from ledger.tools import Tool, get_tool
+from ledger.tools import Tool, tool_of
 from reconciliation import transitions
 from reconciliation.models import Case, Evidence
 
@@ -140,8 +139,10 @@ def backoff_seconds(attempt: int, *, rng: random.Random | None = None) -> float:
 def resend_allowed_until(operation: Operation, caps: Capabilities) -> dt.datetime | None:
     """Until when a same-key re-send is safe; None when the provider takes no keys (or does
     not say how long it keeps them)."""
-    if not caps.honours_idempotency_keys or not caps.key_retention_seconds:
+    if not caps.can_send or not caps.honours_idempotency_keys or not caps.key_retention_seconds:
         return None
+    if tool_of(operation).withholds(operation.params):
+        return None  # its secret fields were never stored: a re-send cannot repeat them
     if operation.key_first_sent_at is None:
         return None
     margin = settings.RECONCILIATION_KEY_RETENTION_MARGIN_SECONDS
@@ -177,7 +178,7 @@ def plan_for(case: Case, operation: Operation, tool: Tool, caps: Capabilities,
                      "resend_allowed_until": until})
     if now >= case.deadline_at:
         return Plan("escalate", "deadline_passed", {"deadline_at": case.deadline_at})
-    if tool.is_high_value(operation.value_amount):
+    if tool.is_high_value(operation.value_amount, operation.value_currency):
         if caps.can_lookup:
             return Plan("lookup", "high_value")
         return Plan("escalate", "high_value")
@@ -220,8 +221,8 @@ def _check(case: Case, operation: Operation) -> str:
         transitions.case_reschedule(case=case, next_check_at=later, actor=ACTOR,
                                     reason=f"operation_{operation.status}")
         return "rescheduled"
-    tool = get_tool(operation.tool)
-    adapter = get_adapter(operation.provider)
+    tool = tool_of(operation)
+    adapter = tool.adapter
     last = case.evidence.order_by("-id").values_list("kind", "outcome").first()
     plan = plan_for(case, operation, tool, adapter.capabilities, timezone.now(),
                     last_resend_ambiguous=last == ("resend", "unknown"))

@@ -32,8 +32,8 @@ from django.utils import timezone
 
 from ledger import transitions as ledger_transitions
 from ledger.models import Operation, OperationEvent
-from ledger.providers import get_adapter
-from ledger.tools import REGISTRY, Tool, UnknownTool, get_tool
+from ledger.providers.base import Capabilities
+from ledger.tools import Tool, UnknownTool, adapter_of, latest_tools, tool_names, tool_of
 from reconciliation import reconciler, services, transitions
 from reconciliation.models import Case, CaseEvent, Decision, Evidence
 
@@ -251,11 +251,23 @@ class DecisionOutcome:
 def resend_deadline(operation: Operation) -> dt.datetime | None:
     """Until when a same-key re-send is safe (the reconciler's rule, margin included), or None
     when it never is."""
-    return reconciler.resend_allowed_until(operation, get_adapter(operation.provider).capabilities)
+    capabilities = _capabilities(operation)
+    if capabilities is None:
+        return None
+    return reconciler.resend_allowed_until(operation, capabilities)
+
+
+def _capabilities(operation: Operation) -> Capabilities | None:
+    try:
+        return adapter_of(operation).capabilities
+    except UnknownTool:
+        return None  # a version no longer declared: nothing may be sent for it
 
 
 def key_retention_deadline(operation: Operation) -> dt.datetime | None:
-    capabilities = get_adapter(operation.provider).capabilities
+    capabilities = _capabilities(operation)
+    if capabilities is None:
+        return None
     if not capabilities.honours_idempotency_keys or not capabilities.key_retention_seconds:
         return None
     if operation.key_first_sent_at is None:
@@ -270,15 +282,15 @@ def resend_allowed(operation: Operation, now: dt.datetime | None = None) -> bool
 
 def needs_four_eyes(operation: Operation) -> bool:
     try:
-        tool = get_tool(operation.tool)
+        tool = tool_of(operation)
     except UnknownTool:
         return True  # a tool we no longer know: be strict
-    return tool.needs_four_eyes(operation.value_amount)
+    return tool.needs_four_eyes(operation.value_amount, operation.value_currency)
 
 
 def four_eyes_threshold_display(operation: Operation) -> str:
     try:
-        threshold = get_tool(operation.tool).four_eyes_threshold
+        threshold = tool_of(operation).four_eyes_thresholds.get(operation.value_currency)
     except UnknownTool:
         return ""
     if threshold is None:
@@ -524,7 +536,7 @@ def _claim_for_resend(case: Case, *, user: User) -> ledger_transitions.Claim:
     """unknown → in_flight in the decision's own transaction: the decision and the claim that
     carries it out commit together, so a recorded re-send is never left unsent by a race."""
     operation = case.operation
-    tool = get_tool(operation.tool)
+    tool = tool_of(operation)
     claim = ledger_transitions.operation_claim(
         operation, worker=staff_actor(user), lease_seconds=tool.lease_seconds,
         from_status=OpStatus.UNKNOWN, reason="staff_resend",
@@ -540,8 +552,8 @@ def _resend(
     """Send with the stored key outside any transaction, then persist the fenced outcome and
     its evidence together (the ledger's signal resolves the case when the answer is final)."""
     operation = claim.operation
-    tool = get_tool(operation.tool)
-    outcome = reconciler.send_same_key(claim, tool, get_adapter(operation.provider))
+    tool = tool_of(operation)
+    outcome = reconciler.send_same_key(claim, tool, tool.adapter)
     with transaction.atomic():
         current, _ = reconciler.persist_resend(case=case, claim=claim, outcome=outcome,
                                                actor=staff_actor(user), user=user)
@@ -799,11 +811,11 @@ def case_get_for_review(case_id: int) -> Case:
 
 
 def tool_choices() -> list[tuple[str, str]]:
-    return [(name, name.replace("_", " ")) for name in sorted(REGISTRY)]
+    return [(name, name.replace("_", " ")) for name in tool_names()]
 
 
 def provider_choices() -> list[tuple[str, str]]:
-    return [(name, name) for name in sorted({tool.provider for tool in REGISTRY.values()})]
+    return [(name, name) for name in sorted({tool.provider for tool in latest_tools()})]
 
 
 def review_reason_choices() -> list[tuple[str, str]]:
@@ -905,13 +917,14 @@ def case_evidence(case: Case) -> EvidencePanel:
     """Everything a reviewer needs to decide, read in five queries."""
     operation = case.operation
     try:
-        tool: Tool | None = get_tool(operation.tool)
+        tool: Tool | None = tool_of(operation)
     except UnknownTool:
         tool = None
     op_events = list(operation.events.order_by("created_at", "id"))
     case_events = list(case.events.order_by("created_at", "id"))
     decisions = list(case.decisions.select_related("decided_by", "approves").order_by(
         "created_at", "id"))
+    capabilities = _capabilities(operation)
     return EvidencePanel(
         tool=tool,
         intent_params=_redacted(tool, operation.intent_params),
@@ -923,6 +936,6 @@ def case_evidence(case: Case) -> EvidencePanel:
         key_retention_deadline=key_retention_deadline(operation),
         resend_deadline=resend_deadline(operation),
         resend_allowed=resend_allowed(operation),
-        honours_keys=get_adapter(operation.provider).capabilities.honours_idempotency_keys,
+        honours_keys=bool(capabilities and capabilities.honours_idempotency_keys),
         decisions=decisions,
     )

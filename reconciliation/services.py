@@ -19,8 +19,7 @@ from django.utils import timezone
 
 from ledger import transitions as ledger_transitions
 from ledger.models import Operation
-from ledger.providers import get_adapter
-from ledger.tools import get_tool
+from ledger.tools import adapter_of, tool_of
 from reconciliation import reconciler, transitions
 from reconciliation.models import Case, Evidence
 
@@ -138,8 +137,8 @@ def case_check_now(*, case: Case, actor: str, user: Any = None) -> Evidence:
     on a resolved case, an answer that disagrees flags it (never flips it)."""
     case = Case.objects.select_related("operation").get(pk=case.pk)
     operation = case.operation
-    tool = get_tool(operation.tool)
-    adapter = get_adapter(operation.provider)
+    tool = tool_of(operation)
+    adapter = tool.adapter
     actor = _staff_actor(actor, user)
     request, answer, verdict = reconciler.look_up(operation, tool, adapter)
     with transaction.atomic():
@@ -160,7 +159,8 @@ def _apply_check(case: Case, answer: Any, verdict: reconciler.Verdict, *, actor:
         return
     if case.operation.status != S.UNKNOWN:
         return  # a re-send holds it in flight: the answer stays evidence only
-    if get_tool(case.operation.tool).is_high_value(case.operation.value_amount):
+    if tool_of(case.operation).is_high_value(case.operation.value_amount,
+                                             case.operation.value_currency):
         return  # high value: a person decides (confirm/reject) with this lookup as evidence
     if verdict.proves_success:
         transitions.case_resolve(
@@ -176,7 +176,7 @@ def _apply_check(case: Case, answer: Any, verdict: reconciler.Verdict, *, actor:
 def resend_allowed_until(case: Case) -> dt.datetime | None:
     """Until when a same-key re-send of the case's operation is allowed (None: never)."""
     operation = case.operation
-    return reconciler.resend_allowed_until(operation, get_adapter(operation.provider).capabilities)
+    return reconciler.resend_allowed_until(operation, adapter_of(operation).capabilities)
 
 
 def case_resend_same_key(*, case: Case, actor: str, user: Any = None) -> Evidence:
@@ -191,14 +191,14 @@ def case_resend_same_key(*, case: Case, actor: str, user: Any = None) -> Evidenc
         raise ResendNotAllowed(f"the operation is {operation.status}, not unknown")
     if until is None or timezone.now() >= until:
         raise ResendNotAllowed("the provider's key retention does not allow a re-send")
-    tool = get_tool(operation.tool)
+    tool = tool_of(operation)
     actor = _staff_actor(actor, user)
     claim = ledger_transitions.operation_claim(
         operation, worker=actor, lease_seconds=tool.lease_seconds, from_status=S.UNKNOWN,
         reason="staff_resend")
     if claim is None:
         raise ResendNotAllowed("somebody else is sending it right now")
-    outcome = reconciler.send_same_key(claim, tool, get_adapter(operation.provider))
+    outcome = reconciler.send_same_key(claim, tool, tool.adapter)
     with transaction.atomic():
         _, evidence = reconciler.persist_resend(case=case, claim=claim, outcome=outcome,
                                                 actor=actor, user=user)

@@ -10,7 +10,7 @@ import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from sandbox import control, smtp, stripe_api
+from sandbox import control, generic, smtp, stripe_api
 from sandbox.app import Sandbox
 from sandbox.effects import create_effect
 from sandbox.replies import Reply, error_reply, invalid, new_id, not_found
@@ -89,6 +89,11 @@ class SandboxHandler(BaseHTTPRequestHandler):
                     request_id=request_id,
                     body_problem=problem,
                 )
+            if path.startswith(generic.PREFIX) and (target := generic.split(path)) is not None \
+                    and target[1] is None:
+                return generic.create(sandbox, target[0], raw, query,
+                                      self.headers.get("Idempotency-Key"), request_id, problem,
+                                      authorization=self.headers.get("Authorization"))
             if path in control.CONTROL_POST:
                 return problem or self._control_post(path, raw)
         if method == "GET":
@@ -102,6 +107,14 @@ class SandboxHandler(BaseHTTPRequestHandler):
             if path.startswith(stripe_api.REFUND_PREFIX):
                 refund_id = path.removeprefix(stripe_api.REFUND_PREFIX)
                 return stripe_api.get_refund(sandbox, refund_id, authorization=authorization)
+            if path.startswith(generic.PREFIX) and (target := generic.split(path)) is not None:
+                collection, effect_id = target
+                denied = generic.unauthorised(self.headers.get("Authorization"))
+                if denied is not None:
+                    return denied
+                if effect_id is None:
+                    return generic.lookup(sandbox, collection, query)
+                return generic.get(sandbox, collection, effect_id)
             if path == smtp.MESSAGES:
                 return smtp.list_messages(sandbox, query)
             if path in control.CONTROL_GET:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.db import connection
 from rest_framework.test import APIClient
 
@@ -16,6 +17,40 @@ from ledger.models import AgentCredential
 from sandbox.testing import SandboxClient, SandboxServer
 
 ALL_TOOLS = ("refund", "send_email", "create_ticket")
+# The sandbox's Stripe slice accepts any sk_test_ key; the catalogue reads it from here.
+os.environ.setdefault("STRIPE_API_KEY", "sk_test_sandbox")
+DEMO_TOOLS = str(django_settings.BASE_DIR / "config" / "tools.toml")
+# The demo catalogue plus refund v2 on the Stripe SDK and send_email v2 over SMTP.
+STRIPE_SMTP_TOOLS = str(django_settings.BASE_DIR / "config" / "tools-stripe-smtp.toml")
+CATALOGUES = django_settings.BASE_DIR / "tests" / "catalogues"
+
+
+def adapter_named(provider: str) -> Any:
+    """The connector the loaded catalogue declares under this provider name."""
+    from ledger.tools import catalogue
+
+    for versions in catalogue().versions.values():
+        for tool in versions.values():
+            if tool.provider == provider:
+                return tool.adapter
+    raise LookupError(f"no tool of the loaded catalogue uses provider {provider!r}")
+
+
+@pytest.fixture(autouse=True)
+def _version_records_follow_the_test_database() -> Iterator[None]:
+    """Each test's database starts without tool-version records; so does the process memo."""
+    from ledger import versions
+
+    versions.forget_recorded()
+    yield
+    versions.forget_recorded()
+
+
+@pytest.fixture
+def stripe_smtp_tools(settings: Any) -> str:
+    """New refunds go through the Stripe SDK (refund v2), new e-mails over SMTP (v2)."""
+    settings.LEDGER_TOOLS_FILE = STRIPE_SMTP_TOOLS
+    return STRIPE_SMTP_TOOLS
 
 
 def on_postgres() -> bool:

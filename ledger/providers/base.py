@@ -33,9 +33,11 @@ class Rejected:
 
 @dataclass(frozen=True)
 class NotSent:
-    """The request provably never reached the provider (connect refused, DNS, pool timeout)."""
+    """The request provably never reached the provider (connect refused, DNS, pool timeout),
+    or the provider refused it before executing anything (a rate limit, with its Retry-After)."""
 
     error_class: str
+    retry_after_seconds: float | None = None
 
 
 class UnknownReason(StrEnum):
@@ -95,6 +97,8 @@ class Capabilities:
     lookup_by_reference: bool
     lookup_consistency_seconds: float
     authoritative_absence: bool
+    # False for a lookup-only connector: the client executes (issue 8), the ledger only checks.
+    can_send: bool = True
 
     @property
     def can_lookup(self) -> bool:

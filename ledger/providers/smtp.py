@@ -48,9 +48,10 @@ import contextlib
 import logging
 import re
 import smtplib
+import ssl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email import policy
 from email.errors import MessageError
 from email.message import EmailMessage
@@ -73,6 +74,8 @@ from ledger.providers.base import (
     Unknown,
     UnknownReason,
 )
+from ledger.providers.config import ConnectorConfigError, Secret, SettingsReader
+from ledger.providers.http import ConnectorContext
 
 if TYPE_CHECKING:
     from ledger.models import Operation
@@ -105,6 +108,26 @@ CAPABILITIES = Capabilities(
     # The sandbox ESP's log holds every accepted message once its index caught up.
     authoritative_absence=True,
 )
+
+
+# No delivery log to search: no keys, no lookups, so an ambiguous send always goes to a person.
+NO_SEARCH_CAPABILITIES = Capabilities(
+    honours_idempotency_keys=False,
+    key_retention_seconds=None,
+    lookup_by_request_id=False,
+    lookup_by_key=False,
+    lookup_by_reference=False,
+    lookup_consistency_seconds=0.0,
+    authoritative_absence=False,
+)
+
+TLS_MODES = ("none", "starttls", "implicit")
+
+
+@dataclass(frozen=True)
+class Security:
+    tls: str = "none"
+    credentials: tuple[Secret, Secret] | None = field(default=None, repr=False)
 
 
 def message_id_for(key: str) -> str:
@@ -222,16 +245,23 @@ def classify_lost_reply(exc: Exception) -> Unknown:
 class _Transaction:
     """One connection, one message, phase by phase; `phase` names where a failure happened."""
 
-    def __init__(self, envelope: Envelope, *, host: str, port: int, timeout: float) -> None:
+    def __init__(self, envelope: Envelope, *, host: str, port: int, timeout: float,
+                 security: Security | None = None) -> None:
         self.envelope = envelope
         self.host = host
         self.port = port
+        self.security = security or Security()
         self.deadline = time.monotonic() + timeout
         self.phase = "connect"
         local_hostname = envelope.sender.rpartition("@")[2] or "localhost"
         # A fixed EHLO name: the default would resolve this host's FQDN on every call. No host
         # yet: connecting is the first phase of run().
-        self.smtp = smtplib.SMTP(local_hostname=local_hostname)
+        self.smtp: smtplib.SMTP
+        if self.security.tls == "implicit":
+            self.smtp = smtplib.SMTP_SSL(local_hostname=local_hostname,
+                                         context=ssl.create_default_context())
+        else:
+            self.smtp = smtplib.SMTP(local_hostname=local_hostname)
 
     def run(self) -> SendOutcome:
         try:
@@ -271,6 +301,18 @@ class _Transaction:
             code, reply = self.smtp.helo()
             if code != 250:
                 return classify_refusal("ehlo", code, reply)
+        if self.security.tls == "starttls":
+            self._arm("starttls")
+            code, reply = self.smtp.starttls(context=ssl.create_default_context())
+            if code != 220:
+                return classify_refusal("starttls", code, reply)
+            self._arm("ehlo")
+            self.smtp.ehlo()
+        if self.security.credentials is not None:
+            self._arm("auth")
+            user, password = self.security.credentials
+            # A refused login (535) raises here: nothing was offered, so nothing was sent.
+            self.smtp.login(user.value, password.value)
         envelope = self.envelope
         if envelope.smtputf8 and not self.smtp.has_extn("smtputf8"):
             return Rejected(error_class="smtp.ehlo.smtputf8_unsupported")
@@ -351,7 +393,8 @@ def found_messages(messages: list[dict[str, Any]]) -> LookupOutcome:
 
 
 class SmtpEmailAdapter:
-    """Sends over SMTP; looks up by Message-ID through the provider's message-search API."""
+    """Sends over SMTP; looks up by Message-ID through the provider's message-search API
+    (without one, an ambiguous send goes to a person: it is never sent again)."""
 
     def __init__(
         self,
@@ -360,15 +403,20 @@ class SmtpEmailAdapter:
         host: Callable[[], str],
         port: Callable[[], int],
         sender: Callable[[], str],
-        search_url: Callable[[], str],
+        search_url: Callable[[], str] | None,
         capabilities: Capabilities = CAPABILITIES,
+        security: Security | None = None,
     ) -> None:
         self.name = name
         self._host = host
         self._port = port
         self._sender = sender
         self._search_url = search_url
-        self.capabilities = capabilities
+        self.security = security or Security()
+        self.capabilities = capabilities if search_url is not None else NO_SEARCH_CAPABILITIES
+
+    def __repr__(self) -> str:
+        return f"SmtpEmailAdapter({self.name!r})"
 
     def send(self, operation: Operation, *, key: str, timeout: float) -> SendOutcome:
         started = time.perf_counter()
@@ -390,16 +438,21 @@ class SmtpEmailAdapter:
             envelope = build_envelope(operation, key=key, sender=self._sender())
         except InvalidMessage as exc:
             return Rejected(error_class=f"smtp.message.invalid_{exc}")
-        return _Transaction(envelope, host=self._host(), port=self._port(), timeout=timeout).run()
+        return _Transaction(envelope, host=str(self._host()), port=int(self._port()),
+                            timeout=timeout, security=self.security).run()
 
     def lookup_query(self, operation: Operation) -> dict[str, str]:
+        if self._search_url is None:
+            return {}
         return {"message_id": message_id_for(operation.idempotency_key)}
 
     def lookup(self, operation: Operation, *, timeout: float) -> LookupOutcome:
+        if self._search_url is None:
+            return Unavailable(error_class="lookup_not_supported")
         started = time.perf_counter()
         try:
             response = httpx.get(
-                f"{self._search_url().rstrip('/')}/v1/messages",
+                f"{str(self._search_url()).rstrip('/')}/v1/messages",
                 params={"message_id": message_id_for(operation.idempotency_key)},
                 timeout=httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT_SECONDS)),
             )
@@ -417,3 +470,41 @@ class SmtpEmailAdapter:
         if not isinstance(data, list):
             return Unavailable(error_class="smtp_search.malformed")
         return found_messages([message for message in data if isinstance(message, dict)])
+
+
+# --- from the catalogue ------------------------------------------------------------------------
+
+def build_smtp(reader: SettingsReader, context: ConnectorContext, *, name: str
+               ) -> SmtpEmailAdapter:
+    """`connector = "smtp"`: host, port, tls (none, starttls, implicit), username / password
+    (env:NAME only), sender, and an optional search_url (a delivery-log search by Message-ID)."""
+    host = reader.address("host")
+    port = reader.address("port", 587)
+    tls = reader.string("tls", "starttls")
+    if tls not in TLS_MODES:
+        raise ConnectorConfigError(reader.key("tls"), f"must be one of {', '.join(TLS_MODES)}")
+    username = reader.secret("username", required=False)
+    password = reader.secret("password", required=False)
+    if (username is None) != (password is None):
+        raise ConnectorConfigError(reader.key("password" if password is None else "username"),
+                                   "username and password go together")
+    sender = reader.address("sender")
+    search_url = reader.address("search_url") if reader.has("search_url") else None
+    if search_url is None:
+        reader.raw("search_url")
+    missing = [part for part in ("to", "subject", "template")
+               if part not in context.intent_fields]
+    if missing:
+        # The message is built from these intent fields, and a lookup verifies them.
+        raise ConnectorConfigError(reader.key("connector"),
+                                   f"smtp needs the intent fields {', '.join(missing)}")
+    consistency = reader.number("lookup_consistency_seconds",
+                                CAPABILITIES.lookup_consistency_seconds)
+    reader.finish()
+    credentials = (username, password) if username is not None and password is not None \
+        else None
+    return SmtpEmailAdapter(
+        name=name, host=host, port=port, sender=sender, search_url=search_url,
+        capabilities=Capabilities(**{**CAPABILITIES.__dict__,
+                                     "lookup_consistency_seconds": consistency}),
+        security=Security(tls=tls, credentials=credentials))

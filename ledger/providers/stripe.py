@@ -23,6 +23,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -42,7 +43,8 @@ from ledger.providers.base import (
     Unknown,
     UnknownReason,
 )
-from ledger.providers.http import classify_transport_error
+from ledger.providers.config import SettingsReader
+from ledger.providers.http import ConnectorContext, classify_transport_error
 
 if TYPE_CHECKING:
     from stripe.params import RefundCreateParams
@@ -156,30 +158,44 @@ def classify_refund(refund: Mapping[str, Any], *, replayed: bool) -> SendOutcome
                      replayed=replayed)
 
 
-def refund_fields(refund: Mapping[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RefundFields:
+    """Which of the tool's params hold what a refund needs (the catalogue may rename them)."""
+
+    invoice: str = "invoice"
+    amount: str = "amount"
+    currency: str = "currency"
+    payee: str = "payee"
+    memo: str = "memo"
+
+
+def refund_fields(refund: Mapping[str, Any], names: RefundFields | None = None
+                  ) -> dict[str, Any]:
     """What a reconciler verifies against the intent: invoice, amount, currency, payee, and
     our reference. The invoice counts only if the refund went to that invoice's payment."""
+    names = names or RefundFields()
     metadata = refund.get("metadata") or {}
     invoice = metadata.get("invoice")
     on_target = invoice is not None and refund.get("payment_intent") == payment_intent_for(
         invoice)
     currency = refund.get("currency")
     return {
-        "invoice": invoice if on_target else None,
-        "amount": refund.get("amount"),
-        "currency": currency.upper() if isinstance(currency, str) else currency,
-        "payee": metadata.get("payee"),
+        names.invoice: invoice if on_target else None,
+        names.amount: refund.get("amount"),
+        names.currency: currency.upper() if isinstance(currency, str) else currency,
+        names.payee: metadata.get("payee"),
         "reference": metadata.get("operation_id"),
         "payment_intent": refund.get("payment_intent"),
     }
 
 
-def _found(refunds: list[dict[str, Any]]) -> LookupOutcome:
+def _found(refunds: list[dict[str, Any]], names: RefundFields | None = None) -> LookupOutcome:
     if not refunds:
         return NotFound()
     # Newest first from the list: the oldest is the original.
     original = refunds[-1]
-    return Found(fields=refund_fields(original), provider_request_id=str(original.get("id", "")),
+    return Found(fields=refund_fields(original, names),
+                 provider_request_id=str(original.get("id", "")),
                  status=str(original.get("status", "")), matches=len(refunds), raw=original)
 
 
@@ -247,11 +263,16 @@ class StripeRefundAdapter:
         base_url: Callable[[], str],
         api_key: Callable[[], str],
         capabilities: Capabilities = CAPABILITIES,
+        fields: RefundFields | None = None,
     ) -> None:
         self.name = name
         self._base_url = base_url
         self._api_key = api_key
         self.capabilities = capabilities
+        self.fields = fields or RefundFields()
+
+    def __repr__(self) -> str:
+        return f"StripeRefundAdapter({self.name!r})"
 
     def _client(self, timeout: float) -> stripe.StripeClient:
         return stripe.StripeClient(
@@ -261,22 +282,21 @@ class StripeRefundAdapter:
             http_client=PooledHttpxClient(timeout),
         )
 
-    @staticmethod
-    def refund_params(operation: Operation) -> RefundCreateParams:
-        intent = operation.intent_params
+    def refund_params(self, operation: Operation) -> RefundCreateParams:
+        intent, names = operation.intent_params, self.fields
         metadata = {
             "operation_id": operation.operation_id,
-            "invoice": intent["invoice"],
-            "payee": intent["payee"],
+            "invoice": intent[names.invoice],
+            "payee": intent[names.payee],
         }
-        memo = operation.params.get("memo")
+        memo = operation.params.get(names.memo) if names.memo else None
         if memo:
             # Free text, not an intent field: shortened to what Stripe stores, not refused.
             metadata["memo"] = str(memo)[:MAX_METADATA_VALUE]
         return {
-            "amount": intent["amount"],
-            "currency": str(intent["currency"]).lower(),
-            "payment_intent": payment_intent_for(intent["invoice"]),
+            "amount": intent[names.amount],
+            "currency": str(intent[names.currency]).lower(),
+            "payment_intent": payment_intent_for(intent[names.invoice]),
             "metadata": metadata,
         }
 
@@ -313,7 +333,7 @@ class StripeRefundAdapter:
     def lookup_query(self, operation: Operation) -> dict[str, str]:
         query = {"refund_id": operation.provider_request_id} if operation.provider_request_id \
             else {}
-        invoice = str(operation.intent_params.get("invoice", ""))
+        invoice = str(operation.intent_params.get(self.fields.invoice, ""))
         return query | {"payment_intent": payment_intent_for(invoice),
                         "metadata.operation_id": operation.operation_id}
 
@@ -325,14 +345,14 @@ class StripeRefundAdapter:
                 if exc.http_status != 404:
                     raise
             else:
-                return _found([_as_dict(refund)])
-        invoice = operation.intent_params.get("invoice", "")
+                return _found([_as_dict(refund)], self.fields)
+        invoice = operation.intent_params.get(self.fields.invoice, "")
         listed = client.v1.refunds.list(
             {"payment_intent": payment_intent_for(invoice), "limit": 100})
         ours = _matching(listed.auto_paging_iter(), operation.operation_id)
         if ours is None:
             return Unavailable(error_class="stripe.list_too_long")
-        return _found(ours)
+        return _found(ours, self.fields)
 
 
 def _matching(refunds: Iterable[Any], operation_id: str) -> list[dict[str, Any]] | None:
@@ -356,3 +376,37 @@ def _replayed(obj: Any) -> bool:
     response = getattr(obj, "last_response", None)
     headers = getattr(response, "headers", None) or {}
     return str(headers.get("Idempotent-Replayed", "")).lower() == "true"
+
+
+# --- from the catalogue ------------------------------------------------------------------------
+
+STRIPE_API = "https://api.stripe.com"
+
+
+def build_stripe(reader: SettingsReader, context: ConnectorContext, *, name: str
+                 ) -> StripeRefundAdapter:
+    """`connector = "stripe"`: base_url (default the real Stripe API), api_key (env:NAME only),
+    and which params hold invoice, amount, currency, payee and memo."""
+    from ledger.providers.config import ConnectorConfigError
+
+    base_url = reader.address("base_url", STRIPE_API)
+    api_key = reader.secret("api_key")
+    assert api_key is not None
+    names = RefundFields(**{
+        part: reader.string(f"{part}_field", default)
+        for part, default in RefundFields().__dict__.items()})
+    for part, field_name in names.__dict__.items():
+        wanted = context.intent_fields if part != "memo" else context.properties
+        if field_name not in wanted:
+            kind = "an intent field" if part != "memo" else "a property of the schema"
+            raise ConnectorConfigError(reader.key(f"{part}_field"),
+                                       f"{field_name!r} is not {kind}")
+    capabilities = Capabilities(**{
+        **CAPABILITIES.__dict__,
+        "lookup_consistency_seconds": reader.number("lookup_consistency_seconds",
+                                                    CAPABILITIES.lookup_consistency_seconds)})
+    reader.finish()
+    secret_value = api_key.value
+    return StripeRefundAdapter(name=name, base_url=lambda: str(base_url()),
+                               api_key=lambda: secret_value, capabilities=capabilities,
+                               fields=names)

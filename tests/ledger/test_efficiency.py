@@ -9,12 +9,16 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from ledger import versions
+from ledger.tools import get_tool
 from tests.conftest import submit_body
 
 
 @pytest.mark.django_db(transaction=True)
 def test_fresh_action_costs_two_commits_besides_the_provider_call(api, sandbox):
     api.get("/api/v1/operations/warm:up")  # authenticate once so last_used_at is fresh
+    # The process records each tool version once (its first use), not per request.
+    versions.ensure_recorded(get_tool("refund"))
     with mock.patch.object(connection, "commit", wraps=connection.commit) as commit:
         response = api.post("/api/v1/operations", submit_body(), format="json")
     assert response.status_code == 201

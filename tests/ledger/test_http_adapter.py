@@ -5,9 +5,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from ledger.providers import get_adapter
 from ledger.providers.base import Confirmed, Found, NotFound, NotSent, Rejected, Unknown
 from ledger.providers.http import classify_response, classify_transport_error
+from tests.conftest import adapter_named
 from tests.ledger.factories import in_state
 
 REQUEST = httpx.Request("POST", "http://provider.invalid/v1/effects/refund")
@@ -78,13 +78,13 @@ def test_lookup_against_the_sandbox_finds_by_key_and_reports_absence(agent, sand
 
     submission = executor.submit(agent=agent, operation_id="wf-1:inv-1:refund-1:v1",
                                  tool_name="refund", params=refund_params())
-    found = get_adapter("sandbox").lookup(submission.operation, timeout=2)
+    found = adapter_named("sandbox").lookup(submission.operation, timeout=2)
     assert isinstance(found, Found)
     assert found.fields["amount"] == 2500 and found.fields["reference"] == "wf-1:inv-1:refund-1:v1"
     assert found.provider_request_id == submission.operation.provider_request_id
 
     never_sent = in_state(agent, "unknown", "wf-1:inv-2:refund-1:v1")
-    assert isinstance(get_adapter("sandbox").lookup(never_sent, timeout=2), NotFound)
+    assert isinstance(adapter_named("sandbox").lookup(never_sent, timeout=2), NotFound)
 
 
 @pytest.mark.parametrize(

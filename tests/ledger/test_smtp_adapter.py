@@ -13,12 +13,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.core.exceptions import ImproperlyConfigured
 
 from ledger import executor, transitions
 from ledger.canonical import params_hash, provider_idempotency_key
 from ledger.models import Operation
-from ledger.providers import get_adapter
 from ledger.providers.base import (
     Confirmed,
     Found,
@@ -37,6 +35,7 @@ from ledger.providers.smtp import (
     message_id_for,
 )
 from ledger.tools import get_tool
+from tests.conftest import STRIPE_SMTP_TOOLS, adapter_named
 
 OP = "wf-81:customer-7:email-1:v1"
 S = Operation.Status
@@ -44,14 +43,14 @@ TIMEOUT = 1.0
 
 
 @pytest.fixture
-def adapter():
-    return get_adapter("smtp-sandbox")
+def adapter(stripe_smtp_tools):
+    return adapter_named("smtp-sandbox")
 
 
 @pytest.fixture
 def smtp_emails(settings):
     """New e-mails go through the SMTP adapter."""
-    settings.LEDGER_EMAIL_PROVIDER = "smtp-sandbox"
+    settings.LEDGER_TOOLS_FILE = STRIPE_SMTP_TOOLS
 
 
 def email_params(**overrides: Any) -> dict[str, Any]:
@@ -434,17 +433,8 @@ def test_refused_then_resubmitted_delivers_once(agent, sandbox, sandbox_server, 
 # --- the provider setting ------------------------------------------------------------------------
 
 
-def test_email_provider_is_read_when_the_tool_is_looked_up(settings):
+def test_email_provider_is_chosen_by_the_catalogue(settings):
     assert get_tool("send_email").provider == "sandbox"
-    settings.LEDGER_EMAIL_PROVIDER = "smtp-sandbox"
+    settings.LEDGER_TOOLS_FILE = STRIPE_SMTP_TOOLS
     assert get_tool("send_email").provider == "smtp-sandbox"
-    assert get_tool("refund").provider == "sandbox"
-
-
-def test_unknown_email_provider_is_refused_before_anything_is_written(agent, settings):
-    settings.LEDGER_EMAIL_PROVIDER = "carrier-pigeon"
-
-    with pytest.raises(ImproperlyConfigured, match="LEDGER_EMAIL_PROVIDER"):
-        executor.submit(agent=agent, operation_id=OP, tool_name="send_email",
-                        params=email_params())
-    assert not Operation.objects.exists()
+    assert get_tool("send_email", version=1).provider == "sandbox"

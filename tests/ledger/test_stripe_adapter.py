@@ -12,7 +12,6 @@ from django.core.exceptions import ImproperlyConfigured
 
 from ledger import executor
 from ledger.models import Operation
-from ledger.providers import get_adapter
 from ledger.providers.base import (
     Confirmed,
     Found,
@@ -30,8 +29,8 @@ from ledger.providers.stripe import (
     error_class_of,
     refund_fields,
 )
-from ledger.tools import REGISTRY, get_tool
-from tests.conftest import refund_params
+from ledger.tools import get_tool
+from tests.conftest import STRIPE_SMTP_TOOLS, adapter_named, refund_params
 from tests.ledger.factories import prepared
 
 OP = "wf-81:invoice-17:refund-1:v1"
@@ -40,14 +39,14 @@ TIMEOUT = 1.0
 
 
 @pytest.fixture
-def adapter():
-    return get_adapter("stripe-sandbox")
+def adapter(stripe_smtp_tools):
+    return adapter_named("stripe-sandbox")
 
 
 @pytest.fixture
 def stripe_refunds(settings):
     """New refunds go through the Stripe adapter."""
-    settings.LEDGER_REFUND_PROVIDER = "stripe-sandbox"
+    settings.LEDGER_TOOLS_FILE = STRIPE_SMTP_TOOLS
 
 
 def send(adapter, operation, key=None):
@@ -207,8 +206,10 @@ def test_a_long_memo_is_shortened_to_what_stripe_stores_not_refused(agent, sandb
     assert outcome.result["metadata"]["memo"] == "m" * 500
 
 
-def test_the_api_key_never_reaches_the_logs(agent, sandbox, adapter, caplog, settings):
-    settings.STRIPE_API_KEY = "sk_test_do_not_log_me"
+def test_the_api_key_never_reaches_the_logs(agent, sandbox, caplog, settings, monkeypatch):
+    monkeypatch.setenv("STRIPE_API_KEY", "sk_test_do_not_log_me")
+    settings.LEDGER_TOOLS_FILE = STRIPE_SMTP_TOOLS  # read with the key above
+    adapter = adapter_named("stripe-sandbox")
     caplog.set_level(logging.DEBUG)
     caplog.set_level(logging.DEBUG, logger="stripe")
     operation = prepared(agent, OP, memo="sandbox:reject")
@@ -349,18 +350,21 @@ def test_decline_through_the_executor_ends_failed(agent, sandbox, stripe_refunds
 # --- the provider setting ----------------------------------------------------------------------
 
 
-def test_refund_provider_is_a_plain_string_read_when_the_tool_is_looked_up(settings):
+def test_the_catalogue_chooses_the_provider_and_old_versions_keep_theirs(settings):
     assert get_tool("refund").provider == "sandbox"
-    settings.LEDGER_REFUND_PROVIDER = "stripe-sandbox"
-    assert get_tool("refund").provider == "stripe-sandbox"
-    assert REGISTRY["refund"].provider == "stripe-sandbox"
-    assert get_tool("send_email").provider == "sandbox"
+    settings.LEDGER_TOOLS_FILE = STRIPE_SMTP_TOOLS
+    assert (get_tool("refund").version, get_tool("refund").provider) == (2, "stripe-sandbox")
+    assert get_tool("refund", version=1).provider == "sandbox"
+    assert get_tool("create_ticket").provider == "sandbox-nokeys"
 
 
-def test_unknown_refund_provider_is_refused_before_anything_is_written(agent, settings):
-    settings.LEDGER_REFUND_PROVIDER = "no-such-provider"
+def test_without_its_api_key_the_stripe_catalogue_is_refused_before_anything_is_written(
+    agent, settings, monkeypatch
+):
+    monkeypatch.delenv("STRIPE_API_KEY")
+    settings.LEDGER_TOOLS_FILE = STRIPE_SMTP_TOOLS
 
-    with pytest.raises(ImproperlyConfigured):
+    with pytest.raises(ImproperlyConfigured, match="STRIPE_API_KEY is not set"):
         executor.submit(agent=agent, operation_id=OP, tool_name="refund", params=refund_params())
 
     assert not Operation.objects.exists()

@@ -175,8 +175,7 @@ def test_beat_driven_sweeps_resolve_a_lost_response_and_a_dead_worker(
 ):
     from ledger import executor
     from ledger import transitions as ledger_transitions
-    from ledger.providers import get_adapter
-    from tests.conftest import refund_params
+    from tests.conftest import adapter_named, refund_params
 
     lost = unknown_refund(agent, "lose-response")
     # A worker that sent, then died before writing the answer; its lease runs out in 1 s.
@@ -185,7 +184,7 @@ def test_beat_driven_sweeps_resolve_a_lost_response_and_a_dead_worker(
                                params=refund_params(invoice="invoice-18"),
                                execute=False).operation
     claim = ledger_transitions.operation_claim(prepared, worker="doomed", lease_seconds=1)
-    get_adapter("sandbox").send(claim.operation, key=claim.operation.idempotency_key,
+    adapter_named("sandbox").send(claim.operation, key=claim.operation.idempotency_key,
                                 timeout=1.0)
 
     wait_for(lambda: status_of(REFUND_OP) == status_of(dead_id) == S.SUCCEEDED, timeout=30,

@@ -8,11 +8,10 @@ from django.utils import timezone
 from ledger import executor
 from ledger import transitions as ledger_transitions
 from ledger.models import Operation
-from ledger.providers import get_adapter
 from ledger.providers.base import Confirmed, Rejected
 from reconciliation import services, transitions
 from reconciliation.models import Case, Evidence
-from tests.conftest import refund_params
+from tests.conftest import adapter_named, refund_params
 from tests.reconciliation.helpers import (
     REFUND_OP,
     case_reasons,
@@ -34,7 +33,7 @@ def stalled_worker(agent, frozen, sandbox) -> tuple[ledger_transitions.Claim, Co
     operation = executor.submit(agent=agent, operation_id=REFUND_OP, tool_name="refund",
                                 params=refund_params(), execute=False).operation
     claim = ledger_transitions.operation_claim(operation, worker="stalled", lease_seconds=5)
-    answer = get_adapter("sandbox").send(claim.operation, key=claim.operation.idempotency_key,
+    answer = adapter_named("sandbox").send(claim.operation, key=claim.operation.idempotency_key,
                                          timeout=1.0)
     assert isinstance(answer, Confirmed)
     frozen.shift(6)

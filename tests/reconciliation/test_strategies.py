@@ -14,10 +14,9 @@ from django.utils import timezone
 from ledger import executor
 from ledger import transitions as ledger_transitions
 from ledger.models import Operation
-from ledger.providers import get_adapter
 from ledger.providers.base import Confirmed
 from reconciliation.models import Case
-from tests.conftest import refund_params
+from tests.conftest import adapter_named, refund_params
 from tests.reconciliation.helpers import (
     REFUND_OP,
     TICKET_OP,
@@ -183,7 +182,7 @@ def test_lookup_lag_on_a_keyless_provider_is_polled_with_backoff_until_found(
         agent=agent, operation_id=TICKET_OP, tool_name="create_ticket",
         params=ticket_params(description="sandbox:lookup-lag-10"), execute=False).operation
     claim = ledger_transitions.operation_claim(operation, worker="doomed", lease_seconds=1)
-    answer = get_adapter("sandbox-nokeys").send(claim.operation, key="", timeout=1.0)
+    answer = adapter_named("sandbox-nokeys").send(claim.operation, key="", timeout=1.0)
     assert isinstance(answer, Confirmed)
     move(frozen, sandbox, 2)
     from reconciliation import services
@@ -244,7 +243,7 @@ def test_drop_before_commit_on_a_keyless_provider_fails_after_the_consistency_wi
 
 
 def test_absence_that_is_not_authoritative_goes_to_review(agent, sandbox, frozen, monkeypatch):
-    adapter = get_adapter("sandbox-nokeys")
+    adapter = adapter_named("sandbox-nokeys")
     monkeypatch.setattr(adapter, "capabilities",
                         dataclasses.replace(adapter.capabilities, authoritative_absence=False))
     operation = unknown_ticket(agent, "drop-before-commit")
@@ -394,7 +393,7 @@ def test_worker_killed_between_claim_and_result_is_reconciled_with_one_effect(
                                 params=refund_params(), execute=False).operation
     claim = ledger_transitions.operation_claim(operation, worker="doomed", lease_seconds=60)
     if sent_before_dying:
-        get_adapter("sandbox").send(claim.operation, key=claim.operation.idempotency_key,
+        adapter_named("sandbox").send(claim.operation, key=claim.operation.idempotency_key,
                                     timeout=1.0)
     move(frozen, sandbox, 59)
     assert services.sweep_expired_leases() == 0  # still inside its lease

@@ -47,8 +47,8 @@ def test_secret_params_are_redacted(ann: Client, case: Case, monkeypatch: pytest
 
     from ledger import tools
 
-    secret_refund = replace(tools.REFUND, secret_fields=("payee",))
-    monkeypatch.setattr(review, "get_tool", lambda name: secret_refund)
+    secret_refund = replace(tools.get_tool("refund"), secret_fields=("payee",))
+    monkeypatch.setattr(review, "tool_of", lambda operation: secret_refund)
 
     html = page(ann, case)
 

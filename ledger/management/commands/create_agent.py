@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ledger.auth import agent_create
 from ledger.models import AgentCredential
-from ledger.tools import REGISTRY
+from ledger.tools import tool_names
 
 
 class Command(BaseCommand):
@@ -15,11 +15,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name")
         parser.add_argument("--tools", required=True,
-                            help=f"Comma-separated tools the agent may use: {', '.join(REGISTRY)}")
+                            help="Comma-separated tools the agent may use (from the catalogue)")
 
     def handle(self, *args: Any, name: str, tools: str, **options: Any) -> None:
         wanted = [t.strip() for t in tools.split(",") if t.strip()]
-        unknown = sorted(set(wanted) - set(REGISTRY))
+        unknown = sorted(set(wanted) - set(tool_names()))
         if unknown:
             raise CommandError(f"Unknown tool(s): {', '.join(unknown)}")
         if AgentCredential.objects.filter(name=name).exists():

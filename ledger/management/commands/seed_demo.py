@@ -20,7 +20,7 @@ from django.urls import reverse
 from ledger import executor, transitions
 from ledger.auth import agent_create, agent_rotate
 from ledger.models import AgentCredential, Operation
-from ledger.tools import REGISTRY
+from ledger.tools import tool_names
 
 DEMO_AGENT = "demo-agent"
 
@@ -72,7 +72,7 @@ class Command(BaseCommand):
         token_file = Path(settings.VAR_DIR) / "demo-agent-token"
         agent = AgentCredential.objects.filter(name=DEMO_AGENT).first()
         if agent is None:
-            agent, raw = agent_create(name=DEMO_AGENT, tools=REGISTRY)
+            agent, raw = agent_create(name=DEMO_AGENT, tools=tool_names())
         elif not token_file.exists():
             raw = agent_rotate(agent=agent)  # the raw token was shown once and is gone
         else:
