@@ -1,4 +1,4 @@
-"""NEEDS issue 7 on the server (GET /api/v1/tools: an MCP host lists the tools first)."""
+"""The MCP host example (an MCP host lists the tools, from GET /api/v1/tools, first)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""NEEDS issue 7 on the server (GET /api/v1/tools: the MCP client lists tools before calling one).
-`agent-ledger-mcp` driven by the real `mcp` client over stdio and streamable HTTP."""
+"""`agent-ledger-mcp` driven by the real `mcp` client over stdio and streamable HTTP (an MCP
+client lists the tools, from GET /api/v1/tools, before calling one)."""
 
 from __future__ import annotations
 

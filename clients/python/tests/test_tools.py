@@ -1,4 +1,4 @@
-"""NEEDS issue 7 on the server (GET /api/v1/tools). Run after the catalogue branch is merged."""
+"""Tool discovery (GET /api/v1/tools) against the live ledger."""
 
 from __future__ import annotations
 

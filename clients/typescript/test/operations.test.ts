@@ -153,6 +153,14 @@ describe("against a live ledger", () => {
     assert.equal(forModel(again)["replayed"], true);
     assert.equal((await ledger.effectCounts())[first.operation_id], 1);
   });
+  it("lists the catalogue tools this agent may use", async () => {
+    const names = (await client.tools()).map((t) => t.name);
+    assert.ok(names.includes("refund") && names.includes("send_email"));
+    const narrow = new LedgerClient(ledger.url, ledger.tokens.narrow);
+    assert.deepEqual((await narrow.tools()).map((t) => t.name), ["send_email"]);
+    await assert.rejects(narrow.getTool("refund"), NotFound);
+  });
+
   it("runs the README's ten-line version", async () => {
     const token = ledger.tokens.main;
     const workflow = unique();
