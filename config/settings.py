@@ -120,6 +120,7 @@ INSTALLED_APPS = [
     "ledger",
     "reconciliation",
     "portal",
+    "ops",
 ]
 
 MIDDLEWARE = [
@@ -261,6 +262,38 @@ LEDGER_EMAIL_FROM = env_str("LEDGER_EMAIL_FROM", "ledger@example.invalid")
 LEDGER_PROVIDER_TIMEOUT_SECONDS = env_float("LEDGER_PROVIDER_TIMEOUT_SECONDS", 0) or None
 LEDGER_RETRY_AFTER_SECONDS = env_int("LEDGER_RETRY_AFTER_SECONDS", 5)
 LEDGER_PUBLIC_BASE_URL = env_str("LEDGER_PUBLIC_BASE_URL", "")
+# Long-poll (GET …?wait=N): first re-check after this long, then doubling up to the ceiling.
+LEDGER_LONG_POLL_FIRST_INTERVAL_SECONDS = env_float("LEDGER_LONG_POLL_FIRST_INTERVAL_SECONDS",
+                                                    0.1)
+LEDGER_LONG_POLL_INTERVAL_SECONDS = env_float("LEDGER_LONG_POLL_INTERVAL_SECONDS", 0.5)
+# Webhooks: per-attempt timeout, backoff between attempts (exponential with jitter), how long
+# a delivery is retried before it is given up (at least a day), and how long a worker's claim
+# on a delivery hides it from the sweep (longer than the timeout; a killed worker's delivery is
+# due again after it).
+LEDGER_WEBHOOK_TIMEOUT_SECONDS = env_float("LEDGER_WEBHOOK_TIMEOUT_SECONDS", 10.0)
+LEDGER_WEBHOOK_BACKOFF_BASE_SECONDS = env_float("LEDGER_WEBHOOK_BACKOFF_BASE_SECONDS", 10.0)
+LEDGER_WEBHOOK_BACKOFF_MAX_SECONDS = env_float("LEDGER_WEBHOOK_BACKOFF_MAX_SECONDS", 3600.0)
+LEDGER_WEBHOOK_RETRY_WINDOW_SECONDS = max(
+    env_int("LEDGER_WEBHOOK_RETRY_WINDOW_SECONDS", 3 * 24 * 3600), 24 * 3600)
+LEDGER_WEBHOOK_VISIBILITY_SECONDS = env_int("LEDGER_WEBHOOK_VISIBILITY_SECONDS", 60)
+LEDGER_WEBHOOK_SWEEP_BATCH_SIZE = env_int("LEDGER_WEBHOOK_SWEEP_BATCH_SIZE", 200)
+
+# --- The operators' dashboard (/ops/) ---------------------------------------------------------
+# How long an operation may stay unknown before it is overdue, for tools that set no
+# unknown_sla_seconds of their own.
+LEDGER_UNKNOWN_SLA_SECONDS = env_int("LEDGER_UNKNOWN_SLA_SECONDS", 900)
+# Replays and params conflicts are counted in memory and written once per this many seconds
+# (per process); 0 writes them only when something calls ledger.tally.flush().
+LEDGER_TALLY_FLUSH_SECONDS = env_float("LEDGER_TALLY_FLUSH_SECONDS", 10.0)
+# The provider error-rate banner: share of sends answered not_sent or unknown in the last
+# 10 minutes, once at least this many calls were made.
+OPS_PROVIDER_ERROR_RATE = env_float("OPS_PROVIDER_ERROR_RATE", 0.2)
+OPS_PROVIDER_ERROR_MIN_CALLS = env_int("OPS_PROVIDER_ERROR_MIN_CALLS", 20)
+
+# Who the customers' status pages speak for, and how to reach them (shown on every page).
+LEDGER_ORG_NAME = env_str("LEDGER_ORG_NAME", "Example Shop")
+LEDGER_ORG_CONTACT = env_str(
+    "LEDGER_ORG_CONTACT", "Questions? Write to support@example.invalid and quote your reference.")
 
 # --- Celery (the Celery app reads every CELERY_* name) -------------------------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
@@ -355,11 +388,24 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": LEDGER_SWEEP_INTERVAL_SECONDS,
         "options": {"expires": max(LEDGER_SWEEP_INTERVAL_SECONDS, 1.0)},
     },
+    # Webhook deliveries that are due: retries after their backoff, and any whose worker died
+    # or whose enqueue-on-commit message was lost.
+    "ledger-sweep-webhooks": {
+        "task": "ledger.tasks.sweep_webhooks",
+        "schedule": LEDGER_SWEEP_INTERVAL_SECONDS,
+        "options": {"expires": max(LEDGER_SWEEP_INTERVAL_SECONDS, 1.0)},
+    },
     # The ledger's own sweep: prepared rows nobody is sending (executor.retry_unsent).
     "ledger-retry-unsent": {
         "task": "ledger.tasks.retry_unsent_operations",
         "schedule": LEDGER_SWEEP_INTERVAL_SECONDS,
         "options": {"expires": max(LEDGER_SWEEP_INTERVAL_SECONDS, 1.0)},
+    },
+    # The dashboard's counters: closed minutes of the event tables, rolled up (ops.rollup).
+    "ops-rollup-stats": {
+        "task": "ops.tasks.rollup_stats",
+        "schedule": env_float("OPS_ROLLUP_INTERVAL_SECONDS", 30.0),
+        "options": {"expires": 30.0},
     },
 }
 if CELERY_BROKER_URL.startswith("filesystem"):

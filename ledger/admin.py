@@ -6,8 +6,16 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from ledger import auth, transitions
-from ledger.models import AgentCredential, Operation, OperationEvent
+from ledger import auth, transitions, webhooks
+from ledger.models import (
+    AgentCredential,
+    Operation,
+    OperationEvent,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookEndpoint,
+    WebhookEvent,
+)
 
 
 @admin.register(AgentCredential)
@@ -44,14 +52,29 @@ class OperationEventInline(admin.TabularInline):
 
 @admin.register(Operation)
 class OperationAdmin(admin.ModelAdmin):
-    list_display = ["operation_id", "tool", "status", "provider", "value_display", "subject",
-                    "agent", "attempts", "created_at"]
-    list_filter = ["status", "tool", "provider"]
-    search_fields = ["operation_id", "run_id", "subject", "customer_ref", "provider_request_id"]
+    # Fits a 1,280 px screen (see static/css/admin.css: long IDs wrap inside their cell).
+    list_display = ["operation_id", "tool_name", "status", "value", "subject", "agent_name",
+                    "created_at"]
+    list_filter = ["status", "execution", "tool", "provider"]
+    # "^status_token": the short reference a customer quotes is the start of their status link.
+    search_fields = ["operation_id", "run_id", "subject", "customer_ref", "provider_request_id",
+                     "^status_token"]
     list_select_related = ["agent"]
     date_hierarchy = "created_at"
     inlines = [OperationEventInline]
     actions = ["expire_leases"]
+
+    @admin.display(description="tool", ordering="tool")
+    def tool_name(self, operation: Operation) -> str:
+        return operation.tool.replace("_", " ")
+
+    @admin.display(description="value", ordering="value_amount")
+    def value(self, operation: Operation) -> str:
+        return operation.value_display or "—"
+
+    @admin.display(description="agent", ordering="agent__name")
+    def agent_name(self, operation: Operation) -> str:
+        return operation.agent.name
 
     def get_readonly_fields(self, request: HttpRequest, obj: object = None) -> list[str]:
         # Nothing about an operation is edited by hand: status moves only through transitions.
@@ -91,3 +114,121 @@ class OperationEventAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
+
+
+# --- webhooks ----------------------------------------------------------------------------------
+
+class _ReadOnlyAdmin(admin.ModelAdmin):
+    def get_readonly_fields(self, request: HttpRequest, obj: object = None) -> list[str]:
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+def _redeliver(request: HttpRequest, deliveries: QuerySet[WebhookDelivery]) -> int:
+    actor = f"staff:{request.user.get_username()}"
+    count = 0
+    for delivery in deliveries:
+        webhooks.delivery_requeue(delivery=delivery, actor=actor)
+        count += 1
+    return count
+
+
+@admin.register(WebhookEndpoint)
+class WebhookEndpointAdmin(admin.ModelAdmin):
+    """Secrets never appear here: `manage.py webhooks add|rotate` shows them once."""
+
+    list_display = ["agent", "url", "is_active", "created_at", "rotated_at"]
+    list_filter = ["is_active"]
+    search_fields = ["agent__name", "url"]
+    list_select_related = ["agent"]
+    fields = ["agent", "url", "is_active", "created_at", "rotated_at",
+              "previous_secret_expires_at"]
+    readonly_fields = ["agent", "url", "is_active", "created_at", "rotated_at",
+                       "previous_secret_expires_at"]
+    actions = ["deactivate"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    @admin.action(description="Stop delivering to selected endpoints")
+    def deactivate(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> None:
+        for endpoint in queryset:
+            webhooks.endpoint_remove(endpoint=endpoint)
+        self.message_user(request, f"Deactivated {queryset.count()} endpoint(s).")
+
+
+class WebhookDeliveryInline(admin.TabularInline):
+    model = WebhookDelivery
+    extra = 0
+    can_delete = False
+    fields = ["endpoint", "status", "attempts", "next_attempt_at", "last_attempt_at",
+              "delivered_at"]
+    readonly_fields = cast("list[str]", fields)
+    show_change_link = True
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(WebhookEvent)
+class WebhookEventAdmin(_ReadOnlyAdmin):
+    list_display = ["event_id", "type", "operation", "agent", "created_at"]
+    list_filter = ["type"]
+    search_fields = ["event_id", "operation__operation_id", "operation__run_id"]
+    list_select_related = ["operation", "agent"]
+    inlines = [WebhookDeliveryInline]
+    actions = ["redeliver"]
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return request.method in ("GET", "HEAD") and super().has_change_permission(request, obj)
+
+    @admin.action(description="Re-deliver selected events to every endpoint they went to")
+    def redeliver(self, request: HttpRequest, queryset: QuerySet[WebhookEvent]) -> None:
+        count = _redeliver(request, WebhookDelivery.objects.filter(event__in=queryset))
+        self.message_user(request, f"{count} delivery(ies) queued again.")
+
+
+class WebhookAttemptInline(admin.TabularInline):
+    model = WebhookAttempt
+    extra = 0
+    can_delete = False
+    fields = ["attempted_at", "status_code", "latency_ms", "error", "actor"]
+    readonly_fields = cast("list[str]", fields)
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(_ReadOnlyAdmin):
+    list_display = ["event", "endpoint", "status", "attempts", "next_attempt_at",
+                    "last_attempt_at", "delivered_at"]
+    list_filter = ["status"]
+    search_fields = ["event__event_id", "event__operation__operation_id", "endpoint__url"]
+    list_select_related = ["event", "endpoint", "endpoint__agent"]
+    inlines = [WebhookAttemptInline]
+    actions = ["redeliver"]
+
+    @admin.action(description="Re-deliver selected deliveries now")
+    def redeliver(self, request: HttpRequest, queryset: QuerySet[WebhookDelivery]) -> None:
+        count = _redeliver(request, queryset)
+        self.message_user(request, f"{count} delivery(ies) queued again.")
+
+
+@admin.register(WebhookAttempt)
+class WebhookAttemptAdmin(_ReadOnlyAdmin):
+    list_display = ["delivery", "attempted_at", "status_code", "latency_ms", "error", "actor"]
+    list_filter = ["status_code"]
+    search_fields = ["delivery__event__event_id"]
+    list_select_related = ["delivery", "delivery__event", "delivery__endpoint"]
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return request.method in ("GET", "HEAD") and super().has_change_permission(request, obj)

@@ -5,20 +5,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from django.conf import settings
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ledger import executor, selectors
+from ledger import client_execution, executor, long_poll, selectors, transitions
 from ledger.api_support import problem
 from ledger.auth import request_agent
 from ledger.models import Operation
+from ledger.pacing import pace
 from ledger.serializers import (
+    HeartbeatResponseSerializer,
+    HeartbeatSerializer,
     OperationSerializer,
     OperationSubmitSerializer,
+    OutcomeSerializer,
     RunOperationsSerializer,
     ToolListSerializer,
     ToolSerializer,
@@ -27,10 +30,16 @@ from ledger.tools import UnknownTool, get_tool, latest_tools
 
 
 def _resource(operation: Operation, request: Request, *, status_code: int,
-              headers: dict[str, str] | None = None) -> Response:
-    body = OperationSerializer(operation, context={"request": request}).data
+              headers: dict[str, str] | None = None,
+              claim: transitions.Claim | None = None) -> Response:
+    body = OperationSerializer(operation, context={"request": request, "claim": claim}).data
     response = Response(body, status=status_code, headers=headers or {})
     return response
+
+
+def _retry_after(operation: Operation) -> dict[str, str]:
+    seconds = pace(operation).retry_after
+    return {} if seconds is None else {"Retry-After": str(seconds)}
 
 
 def _pending_headers(operation: Operation, request: Request) -> dict[str, str]:
@@ -38,8 +47,23 @@ def _pending_headers(operation: Operation, request: Request) -> dict[str, str]:
         "Location": request.build_absolute_uri(
             f"/api/v1/operations/{operation.operation_id}"
         ),
-        "Retry-After": str(settings.LEDGER_RETRY_AFTER_SECONDS),
+        **_retry_after(operation),
     }
+
+
+def _not_found() -> Response:
+    return problem(404, title="Not found", detail="No such operation.", code="not_found")
+
+
+def _invalid(errors: dict[str, Any]) -> Response:
+    return problem(400, title="Invalid request", detail="The request is invalid.",
+                   code="invalid", extra={"errors": errors})
+
+
+def _stale(exc: client_execution.ClaimEnded) -> Response:
+    return problem(409, title="Stale fencing token", detail=exc.detail,
+                   code="stale_fencing_token",
+                   extra={"operation_status": exc.operation.status})
 
 
 class OperationSubmitApi(APIView):
@@ -73,10 +97,10 @@ class OperationSubmitApi(APIView):
                 tool_call_id=data["tool_call_id"],
                 customer_ref=data["customer_ref"],
                 execute=data["execution"] == "sync",
+                client=data["execution"] == "client",
             )
         except executor.InvalidSubmission as exc:
-            return problem(400, title="Invalid request", detail="The request is invalid.",
-                           code="invalid", extra={"errors": exc.errors})
+            return _invalid(exc.errors)
         except executor.ToolNotAllowed as exc:
             return problem(403, title="Tool not allowed", detail=str(exc),
                            code="tool_not_allowed")
@@ -99,19 +123,93 @@ class OperationSubmitApi(APIView):
         if operation.is_terminal:
             return _resource(operation, request, status_code=status.HTTP_201_CREATED)
         return _resource(operation, request, status_code=status.HTTP_202_ACCEPTED,
-                         headers=_pending_headers(operation, request))
+                         headers=_pending_headers(operation, request), claim=submission.claim)
+
+
+MAX_WAIT_SECONDS = 30
 
 
 class OperationDetailApi(APIView):
-    @extend_schema(responses={200: OperationSerializer}, summary="Read one operation")
+    @extend_schema(
+        parameters=[OpenApiParameter(
+            "wait", int, required=False,
+            description="Long-poll: answer as soon as the status changes, or after this many "
+                        "seconds (0-30) with the current state."
+        )],
+        responses={200: OperationSerializer,
+                   400: OpenApiResponse(description="wait is not an integer from 0 to 30.")},
+        summary="Read one operation (optionally waiting for it to change)",
+    )
     def get(self, request: Request, operation_id: str) -> Response:
-        operation = selectors.operation_get_for_agent(agent=request_agent(request),
-                                                      operation_id=operation_id)
+        raw_wait = request.query_params.get("wait", "0")
+        if not raw_wait.isdigit() or int(raw_wait) > MAX_WAIT_SECONDS:
+            return _invalid({"wait": [f"must be a whole number of seconds from 0 to "
+                                      f"{MAX_WAIT_SECONDS}"]})
+        agent = request_agent(request)
+        operation = selectors.operation_get_for_agent(agent=agent, operation_id=operation_id)
         if operation is None:
-            return problem(404, title="Not found", detail="No such operation.", code="not_found")
-        headers = {} if operation.is_terminal else {
-            "Retry-After": str(settings.LEDGER_RETRY_AFTER_SECONDS)}
-        return _resource(operation, request, status_code=200, headers=headers)
+            return _not_found()
+        if int(raw_wait) and not operation.is_terminal:
+            operation = long_poll.wait_for_change(agent=agent, operation=operation,
+                                                  seconds=int(raw_wait))
+        return _resource(operation, request, status_code=200, headers=_retry_after(operation))
+
+
+class OperationHeartbeatApi(APIView):
+    @extend_schema(
+        request=HeartbeatSerializer,
+        responses={200: HeartbeatResponseSerializer,
+                   404: OpenApiResponse(description="No such operation."),
+                   409: OpenApiResponse(description="Stale or wrong fencing token.")},
+        summary="Extend the lease of a client-executed operation's claim",
+    )
+    def post(self, request: Request, operation_id: str) -> Response:
+        agent = request_agent(request)
+        operation = selectors.operation_get_for_agent(agent=agent, operation_id=operation_id)
+        if operation is None:
+            return _not_found()
+        serializer = HeartbeatSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            extended = client_execution.client_heartbeat(
+                agent=agent, operation=operation,
+                fencing_token=serializer.validated_data["fencing_token"])
+        except client_execution.ClaimEnded as exc:
+            return _stale(exc)
+        return Response(HeartbeatResponseSerializer({
+            "operation_id": extended.operation_id, "fencing_token": extended.fencing_token,
+            "lease_expires_at": extended.lease_expires_at}).data)
+
+
+class OperationOutcomeApi(APIView):
+    @extend_schema(
+        request=OutcomeSerializer,
+        responses={200: OperationSerializer,
+                   400: OpenApiResponse(description="Invalid body (failed needs error_class)."),
+                   404: OpenApiResponse(description="No such operation."),
+                   409: OpenApiResponse(description="Stale or wrong fencing token; the report "
+                                                    "was kept as evidence, not applied.")},
+        summary="Report the outcome of a client-executed operation",
+    )
+    def post(self, request: Request, operation_id: str) -> Response:
+        agent = request_agent(request)
+        operation = selectors.operation_get_for_agent(agent=agent, operation_id=operation_id)
+        if operation is None:
+            return _not_found()
+        serializer = OutcomeSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data: dict[str, Any] = serializer.validated_data
+        try:
+            reported = client_execution.client_report_outcome(
+                agent=agent, operation=operation, fencing_token=data["fencing_token"],
+                status=data["status"], result=data["result"],
+                provider_reference=data["provider_reference"], error_class=data["error_class"])
+        except client_execution.ClaimEnded as exc:
+            return _stale(exc)
+        # Re-read with its case: an unknown report opened one in the same commit.
+        current = selectors.operation_get_for_agent(agent=agent, operation_id=operation_id)
+        current = current or reported
+        return _resource(current, request, status_code=200, headers=_retry_after(current))
 
 
 class RunOperationsApi(APIView):

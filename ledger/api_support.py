@@ -66,6 +66,7 @@ def problem(status_code: int, *, title: str, detail: Any, code: str,
         "title": title,
         "status": status_code,
         "detail": detail,
+        "code": code,
         **(extra or {}),
     }
     response = Response(body, status=status_code, headers=headers,

@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
-from ledger import metrics, selectors, transitions, versions
+from ledger import dispatch, metrics, selectors, tally, transitions, versions
 from ledger.canonical import CanonicalizationError, params_hash, provider_idempotency_key
 from ledger.identity import validate_operation_id
 from ledger.models import AgentCredential, Operation
@@ -65,6 +64,8 @@ class Disposition(enum.StrEnum):
 class Submission:
     operation: Operation
     disposition: Disposition
+    # A client-executed submission that won the claim: the agent sends, holding this token.
+    claim: transitions.Claim | None = None
 
 
 def worker_name() -> str:
@@ -128,8 +129,13 @@ def submit(
     tool_call_id: str = "",
     customer_ref: str = "",
     execute: bool = True,
+    client: bool = False,
 ) -> Submission:
-    """Record an intent under its operation ID and (unless `execute` is False) send it once."""
+    """Record an intent under its operation ID and (unless `execute` is False) send it once.
+
+    `client`: record and claim it for the agent, which calls the provider itself with the
+    stored key and reports the outcome (ledger.client_execution); the ledger never sends it.
+    """
     try:
         validate_operation_id(operation_id)
     except ValueError as exc:
@@ -146,12 +152,25 @@ def submit(
                                               "(sync): the ledger never stores them"})
     values = _row_values(tool=tool, operation_id=operation_id, params=params, run_id=run_id,
                          tool_call_id=tool_call_id, customer_ref=customer_ref)
+    if client:
+        # Until the catalogue declares it, every tool may be client-executed.
+        if not getattr(tool, "client_execution", True):
+            raise InvalidSubmission({"execution": f"the tool {tool.name!r} may not be "
+                                                  "executed by the client"})
+        values["execution"] = Operation.Execution.CLIENT
+        execute = False
     if existing is not None:
         # The common retry path: one indexed read, no write.
         return _resubmitted(existing, values=values, tool=tool, agent=agent,
                             tool_call_id=tool_call_id, execute=execute, params=params)
     worker = worker_name()
-    if execute:
+    if client:
+        operation, claim = transitions.operation_record_and_claim(
+            agent=agent, values=values, worker=f"client:{agent.name}",
+            lease_seconds=tool.lease_seconds, reason="claimed_by_client")
+        if claim is not None:
+            return Submission(claim.operation, Disposition.CREATED, claim=claim)
+    elif execute:
         operation, claim = transitions.operation_record_and_claim(
             agent=agent, values=values, worker=worker, lease_seconds=tool.lease_seconds)
         if claim is not None:
@@ -169,10 +188,7 @@ def submit(
 def _enqueue_after_commit(operation: Operation) -> None:
     """A worker sends it once the row is committed (inside a caller's transaction, after it).
     A lost message is not lost work: the unsent sweeper sends prepared rows nobody sent."""
-    from ledger.tasks import execute_operation  # the task module imports this one
-
-    pk = operation.pk
-    transaction.on_commit(lambda: execute_operation.delay(pk))
+    dispatch.enqueue_on_commit("execute_operation", operation.pk)
 
 
 def _resubmitted(
@@ -182,6 +198,7 @@ def _resubmitted(
     if operation.agent_id != agent.pk or operation.params_hash != values["params_hash"]:
         # Another agent's ID is reported as a conflict too, without showing its params.
         metrics.CONFLICTS.labels(tool.name).inc()
+        tally.count("conflict", tool=tool.name, provider=operation.provider)
         raise ParamsConflict(operation, _differences(operation, values, agent))
     if tool_call_id and tool_call_id not in operation.tool_call_ids:
         transitions.operation_note_tool_call(
@@ -197,6 +214,7 @@ def _resubmitted(
 def _existing(operation: Operation, tool: Tool) -> Submission:
     if operation.is_terminal:
         metrics.REPLAYS.labels(tool.name).inc()
+        tally.count("replay", tool=tool.name, provider=operation.provider)
         return Submission(operation, Disposition.REPLAYED)
     if operation.status == S.IN_FLIGHT:
         operation = transitions.operation_expire_lease(operation=operation)
@@ -224,6 +242,8 @@ def execute_prepared(operation: Operation, *, params: dict[str, Any] | None = No
                      ) -> Operation:
     """Claim a prepared operation and send it; the loser of a claim race returns the row.
     `params`: the caller's own (unredacted) params, when it is the agent retrying."""
+    if operation.execution == Operation.Execution.CLIENT:
+        return operation  # the agent sends it; the ledger does not hold the call
     tool = tool_of(operation)
     if params is None and tool.withholds(operation.params):
         # Its secret fields were never stored: only the agent's retry can send it.
@@ -249,6 +269,7 @@ def send_claimed(claim: transitions.Claim, *, tool: Tool, actor: str = "",
         operation.params = dict(params)
     adapter = tool.adapter
     outcome = adapter.send(operation, key=operation.idempotency_key, timeout=request_timeout(tool))
+    metrics.count_send_outcome(operation.provider, outcome)
     return persist_outcome(claim, outcome, actor=actor or f"worker:{worker_name()}")
 
 
@@ -351,7 +372,7 @@ def retry_unsent(*, batch: int = 100) -> int:
     now = timezone.now()
     candidates = Operation.objects.filter(
         status=S.PREPARED, updated_at__lt=now - UNSENT_RETRY_BASE
-    ).order_by("updated_at")[:batch]
+    ).exclude(execution=Operation.Execution.CLIENT).order_by("updated_at")[:batch]
     sent = 0
     for operation in candidates:
         backoff = min(UNSENT_RETRY_BASE * (2 ** max(operation.attempts - 1, 0)), UNSENT_RETRY_MAX)

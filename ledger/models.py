@@ -6,6 +6,8 @@ from typing import Any
 from django.db import models
 from django.db.models import Q
 
+from ledger.money import format_money
+
 
 def new_status_token() -> str:
     # The customer's status link: 256 bits, so it cannot be guessed or enumerated.
@@ -58,7 +60,15 @@ class Operation(models.Model):
     params = models.JSONField(help_text="All params as submitted, with secrets redacted.")
     params_hash = models.CharField(max_length=71)
 
+    class Execution(models.TextChoices):
+        SERVER = "server", "Sent by the ledger"
+        CLIENT = "client", "Sent by the agent (client-executed)"
+
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PREPARED)
+    # Client-executed operations are claimed here but sent by the agent: the ledger never sends
+    # them (no executor, no unsent sweeper, no same-key re-send by the reconciler).
+    execution = models.CharField(max_length=8, choices=Execution.choices,
+                                 default=Execution.SERVER)
     attempts = models.PositiveIntegerField(default=0)
     fencing_token = models.PositiveBigIntegerField(default=0)
     lease_owner = models.CharField(max_length=200, blank=True)
@@ -88,6 +98,8 @@ class Operation(models.Model):
                 condition=Q(status__in=["prepared", "in_flight", "succeeded", "failed", "unknown"]),
                 name="operation_status_valid",
             ),
+            models.CheckConstraint(condition=Q(execution__in=["server", "client"]),
+                                   name="operation_execution_valid"),
             # A claimed row always carries the lease that tells the sweeper when it died.
             models.CheckConstraint(
                 condition=~Q(status="in_flight") | Q(lease_expires_at__isnull=False),
@@ -115,6 +127,21 @@ class Operation(models.Model):
             ),
             # A run's operations in order (GET /runs/{run_id}/operations).
             models.Index(fields=["run_id", "created_at"], name="operation_run_idx"),
+            # The operators' overview: unresolved rows by status, tool and provider (and the
+            # in_flight/unknown/near-retention figures among them), read without touching the
+            # terminal rows that make up nearly all of the table.
+            models.Index(
+                fields=["status", "tool", "provider"],
+                name="operation_unresolved_idx",
+                condition=Q(status__in=["prepared", "in_flight", "unknown"]),
+            ),
+            # The operations explorer: newest first, keyset pagination and time ranges.
+            models.Index(fields=["created_at", "id"], name="operation_created_idx"),
+            # The explorer's search by customer reference and by provider reference.
+            models.Index(fields=["customer_ref"], name="operation_customer_ref_idx",
+                         condition=~Q(customer_ref="")),
+            models.Index(fields=["provider_request_id"], name="operation_provider_ref_idx",
+                         condition=~Q(provider_request_id="")),
         ]
 
     def __str__(self) -> str:
@@ -128,7 +155,7 @@ class Operation(models.Model):
     def value_display(self) -> str:
         if self.value_amount is None:
             return ""
-        return f"{self.value_amount / 100:,.2f} {self.value_currency}"
+        return format_money(self.value_amount, self.value_currency)
 
 
 class AppendOnlyError(Exception):
@@ -200,3 +227,128 @@ class ToolVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} v{self.version}"
+
+
+def new_webhook_event_id() -> str:
+    # Stable across every retry and re-delivery: receivers deduplicate on it (webhook-id).
+    return f"evt_{secrets.token_urlsafe(18)}"
+
+
+class WebhookEndpoint(models.Model):
+    """Where one agent credential's events go, and the secret they are signed with.
+
+    The secret must be readable to sign (HMAC), so it is stored as is; it is shown once when
+    created or rotated and never in the admin, logs or errors. After a rotation the previous
+    secret signs too (a second `v1,` signature) until previous_secret_expires_at.
+    """
+
+    agent = models.ForeignKey(AgentCredential, on_delete=models.PROTECT,
+                              related_name="webhook_endpoints")
+    url = models.URLField(max_length=500)
+    secret = models.CharField(max_length=100)
+    previous_secret = models.CharField(max_length=100, blank=True)
+    previous_secret_expires_at = models.DateTimeField(null=True, blank=True)
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    rotated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["agent__name", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "url"], name="webhook_endpoint_unique_url"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent.name} → {self.url}"
+
+
+class WebhookEvent(AppendOnlyModel):
+    """The outbox: one row per outcome-level change, written in the transaction of the change.
+
+    `payload` is the exact body sent (type, timestamp and the operation resource as it was).
+    """
+
+    append_only_label = "Webhook events"
+
+    class Type(models.TextChoices):
+        SUCCEEDED = "operation.succeeded", "operation.succeeded"
+        FAILED = "operation.failed", "operation.failed"
+        UNKNOWN = "operation.unknown", "operation.unknown"
+        AWAITING_REVIEW = "operation.awaiting_review", "operation.awaiting_review"
+        RESOLVED = "operation.resolved", "operation.resolved"
+
+    event_id = models.CharField(max_length=40, unique=True, default=new_webhook_event_id)
+    agent = models.ForeignKey(AgentCredential, on_delete=models.PROTECT,
+                              related_name="webhook_events")
+    operation = models.ForeignKey(Operation, on_delete=models.PROTECT,
+                                  related_name="webhook_events")
+    # The ledger event that caused it (none for a case's escalation to a person).
+    operation_event = models.OneToOneField(OperationEvent, null=True, blank=True,
+                                           on_delete=models.PROTECT,
+                                           related_name="webhook_event")
+    type = models.CharField(max_length=40, choices=Type.choices)
+    payload = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.event_id} {self.type} ({self.operation_id})"
+
+
+class WebhookDelivery(models.Model):
+    """One event to one endpoint: pending until a 2xx, retried with backoff, given up after
+    the retry window. next_attempt_at doubles as the lease of the worker delivering it."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        DELIVERED = "delivered", "Delivered"
+        GAVE_UP = "gave_up", "Gave up"
+
+    event = models.ForeignKey(WebhookEvent, on_delete=models.PROTECT, related_name="deliveries")
+    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.PROTECT,
+                                 related_name="deliveries")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=["pending", "delivered", "gave_up"]),
+                                   name="webhook_delivery_status_valid"),
+            models.UniqueConstraint(fields=["event", "endpoint"],
+                                    name="webhook_delivery_once_per_endpoint"),
+        ]
+        indexes = [
+            # The webhook sweep: pending deliveries that are due (or whose worker died).
+            models.Index(fields=["next_attempt_at"], name="webhook_delivery_due_idx",
+                         condition=Q(status="pending")),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event.event_id} → {self.endpoint.url} ({self.status})"
+
+
+class WebhookAttempt(AppendOnlyModel):
+    """One HTTP POST of a delivery: what came back, how long it took, or why it failed."""
+
+    append_only_label = "Webhook attempts"
+
+    delivery = models.ForeignKey(WebhookDelivery, on_delete=models.PROTECT,
+                                 related_name="attempt_log")
+    attempted_at = models.DateTimeField()
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    latency_ms = models.PositiveIntegerField(default=0)
+    error = models.CharField(max_length=200, blank=True)
+    actor = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["attempted_at", "id"]
+
+    def __str__(self) -> str:
+        return f"attempt {self.pk} of {self.delivery_id}: {self.status_code or self.error}"

@@ -4,10 +4,12 @@ from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
 from django.urls import reverse
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ledger.identity import MAX_OPERATION_ID_LENGTH
 from ledger.models import Operation
+from ledger.pacing import BASE_GUIDANCE, pace
 
 S = Operation.Status
 
@@ -19,27 +21,9 @@ CUSTOMER_STATUS = {
     S.FAILED: "not_completed",
 }
 
-GUIDANCE = {
-    S.PREPARED: (
-        "Not sent yet: it is safe to submit the same request again with the same operation ID, "
-        "or poll this resource; never use a new operation ID for this intent."
-    ),
-    S.IN_FLIGHT: (
-        "In progress: do not retry with a new operation ID; poll this resource until the status "
-        "is succeeded or failed."
-    ),
-    S.UNKNOWN: (
-        "Outcome unknown: do not retry with a new operation ID; poll this resource while the "
-        "ledger confirms with the provider."
-    ),
-    S.SUCCEEDED: (
-        "Completed: the action happened; use this result and do not submit it again."
-    ),
-    S.FAILED: (
-        "Not completed: nothing happened; to try again submit a new intent under the next "
-        "version of the operation ID (for example …:v2)."
-    ),
-}
+# Kept for callers that want the plain sentence per status; the resource's guidance follows
+# the situation (ledger.pacing).
+GUIDANCE = BASE_GUIDANCE
 
 
 class OperationSubmitSerializer(serializers.Serializer):
@@ -50,9 +34,50 @@ class OperationSubmitSerializer(serializers.Serializer):
     tool_call_id = serializers.CharField(max_length=200, required=False, default="")
     customer_ref = serializers.CharField(max_length=200, required=False, default="")
     execution = serializers.ChoiceField(
-        choices=["sync", "async"], required=False, default="sync",
-        help_text="async: record the intent, answer 202 at once and let a worker send it.",
+        choices=["sync", "async", "client"], required=False, default="sync",
+        help_text=(
+            "async: record the intent, answer 202 at once and let a worker send it. "
+            "client: record and claim it, answer 202 with the claim (fencing token, lease, "
+            "idempotency key); the agent calls the provider itself and reports the outcome."
+        ),
     )
+
+
+class ClaimSerializer(serializers.Serializer):
+    fencing_token = serializers.IntegerField()
+    lease_expires_at = serializers.DateTimeField()
+    idempotency_key = serializers.CharField()
+
+
+class HeartbeatSerializer(serializers.Serializer):
+    fencing_token = serializers.IntegerField(min_value=1)
+
+
+class HeartbeatResponseSerializer(serializers.Serializer):
+    operation_id = serializers.CharField()
+    fencing_token = serializers.IntegerField()
+    lease_expires_at = serializers.DateTimeField()
+
+
+# A redacted classification, never a raw exception text (it may carry secrets or personal data).
+ERROR_CLASS_PATTERN = r"^[A-Za-z0-9_.:-]{1,100}$"
+
+
+class OutcomeSerializer(serializers.Serializer):
+    fencing_token = serializers.IntegerField(min_value=1)
+    status = serializers.ChoiceField(choices=["succeeded", "failed", "unknown"])
+    result = serializers.DictField(required=False, default=dict)
+    provider_reference = serializers.CharField(max_length=200, required=False, default="",
+                                               allow_blank=True)
+    error_class = serializers.RegexField(ERROR_CLASS_PATTERN, required=False, default="",
+                                         allow_blank=True)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["status"] == "failed" and not attrs["error_class"]:
+            raise serializers.ValidationError({"error_class": [
+                "is required with status failed: say which definitive provider rejection "
+                "proved that nothing happened (otherwise report unknown)"]})
+        return attrs
 
 
 class OperationSerializer(serializers.ModelSerializer):
@@ -62,11 +87,13 @@ class OperationSerializer(serializers.ModelSerializer):
     reconciliation = serializers.SerializerMethodField()
     status_url = serializers.SerializerMethodField()
     url = serializers.SerializerMethodField()
+    claim = serializers.SerializerMethodField()
 
     class Meta:
         model = Operation
         fields = [
-            "operation_id", "url", "tool", "tool_version", "status", "customer_status",
+            "operation_id", "url", "tool", "tool_version", "execution", "status",
+            "customer_status", "claim",
             "guidance", "params_hash", "attempts", "result", "error_class",
             "provider_request_id", "run_id", "subject", "value", "reconciliation",
             "status_url", "created_at", "updated_at", "sent_at", "resolved_at",
@@ -77,7 +104,20 @@ class OperationSerializer(serializers.ModelSerializer):
         return CUSTOMER_STATUS[S(obj.status)]
 
     def get_guidance(self, obj: Operation) -> str:
-        return GUIDANCE[S(obj.status)]
+        return pace(obj).guidance
+
+    @extend_schema_field(ClaimSerializer(allow_null=True))
+    def get_claim(self, obj: Operation) -> dict[str, Any] | None:
+        """Only in the answer to the caller that won the claim (a client-executed submission)."""
+        claim = self.context.get("claim")
+        if claim is None or claim.operation.pk != obj.pk:
+            return None
+        return {
+            "fencing_token": claim.fencing_token,
+            "lease_expires_at": serializers.DateTimeField().to_representation(
+                claim.operation.lease_expires_at),
+            "idempotency_key": obj.idempotency_key,
+        }
 
     # SerializerMethodField's get_<field> name for `value` shadows Field.get_value(dictionary),
     # which DRF calls only to read a nested serializer's input. This serializer only renders
@@ -96,7 +136,9 @@ class OperationSerializer(serializers.ModelSerializer):
 
     def _absolute(self, path: str) -> str:
         request = self.context.get("request")
-        return request.build_absolute_uri(path) if request else path
+        if request is not None:
+            return request.build_absolute_uri(path)
+        return f"{str(self.context.get('base_url') or '').rstrip('/')}{path}"
 
     def get_status_url(self, obj: Operation) -> str:
         return self._absolute(reverse("portal:status", args=[obj.status_token]))

@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
+from ledger import outbox
 from ledger.models import AgentCredential, Operation, OperationEvent
 
 S = Operation.Status
@@ -94,7 +95,7 @@ def _move(
     fencing_token: int | None = None,
     fields: Mapping[str, Any] | None = None,
     data: Mapping[str, Any] | None = None,
-) -> Operation:
+) -> tuple[Operation, OperationEvent]:
     """Compare-and-set the status (and token), append the event. Caller holds a transaction."""
     from_status = operation.status
     check_transition(from_status, to_status)
@@ -109,9 +110,9 @@ def _move(
         raise _Lost()
     for name, value in values.items():
         setattr(operation, name, value)
-    _event(operation, from_status=from_status, to_status=to_status, actor=actor, reason=reason,
-           data=data)
-    return operation
+    event = _event(operation, from_status=from_status, to_status=to_status, actor=actor,
+                   reason=reason, data=data)
+    return operation, event
 
 
 class _Lost(Exception):
@@ -131,13 +132,32 @@ def _transition(
     operation: Operation | None = None,
 ) -> Operation:
     """Read (or use the caller's fresh copy), guard, compare-and-set; retry once on a lost race."""
+    return _transition_moved(
+        operation_pk, expected_from=expected_from, to_status=to_status, actor=actor,
+        reason=reason, fencing_token=fencing_token, fields=fields, data=data, operation=operation,
+    )[0]
+
+
+def _transition_moved(
+    operation_pk: int,
+    *,
+    expected_from: frozenset[str],
+    to_status: str,
+    actor: str,
+    reason: str,
+    fencing_token: int | None = None,
+    fields: Mapping[str, Any] | None = None,
+    data: Mapping[str, Any] | None = None,
+    operation: Operation | None = None,
+) -> tuple[Operation, OperationEvent | None]:
+    """_transition, also answering the event it wrote (None: it was already there)."""
     for _ in range(3):
         current = operation or Operation.objects.get(pk=operation_pk)
         operation = None
         if current.status == to_status and (
             fencing_token is None or current.fencing_token == fencing_token
         ):
-            return current  # already there: idempotent, no new event
+            return current, None  # already there: idempotent, no new event
         if current.status not in expected_from:
             if fencing_token is not None and current.fencing_token != fencing_token:
                 raise StaleFencingToken(current.operation_id)
@@ -151,6 +171,13 @@ def _transition(
     raise TransitionError(f"operation {operation_pk} kept changing under us")
 
 
+def _announce(operation: Operation, event: OperationEvent | None) -> None:
+    """The webhook outbox row for an outcome, in the transaction of the change (after the
+    signals, so the snapshot carries the case they opened or closed). Nothing if no move."""
+    if event is not None:
+        outbox.outbox_record_outcome(operation=operation, event=event)
+
+
 # --- creation and claim ------------------------------------------------------------------
 
 def operation_record_and_claim(
@@ -159,6 +186,7 @@ def operation_record_and_claim(
     values: Mapping[str, Any],
     worker: str,
     lease_seconds: int,
+    reason: str = "claimed_for_send",
 ) -> tuple[Operation, Claim | None]:
     """Insert a prepared row and claim it in one commit, or return the row that already exists.
 
@@ -177,8 +205,7 @@ def operation_record_and_claim(
             return existing, None
         _event(operation, from_status=None, to_status=S.PREPARED, actor=f"agent:{agent.name}",
                reason="intent_recorded")
-        claim = _claim(operation, worker=worker, lease_seconds=lease_seconds,
-                       reason="claimed_for_send")
+        claim = _claim(operation, worker=worker, lease_seconds=lease_seconds, reason=reason)
     return operation, claim
 
 
@@ -237,6 +264,29 @@ def operation_claim(
         return None
 
 
+def operation_heartbeat(
+    *, operation: Operation, fencing_token: int, lease_seconds: int, actor: str,
+    now: dt.datetime | None = None,
+) -> Operation:
+    """Extend the lease of the claim holding `fencing_token`.
+
+    Only a live claim is extended: once the lease has run out the lease sweeper may already
+    have made the operation unknown, and a claim is never revived (StaleFencingToken)."""
+    now = now or timezone.now()
+    expires = now + dt.timedelta(seconds=lease_seconds)
+    with transaction.atomic():
+        touched = Operation.objects.filter(
+            pk=operation.pk, status=S.IN_FLIGHT, fencing_token=fencing_token,
+            lease_expires_at__gt=now,
+        ).update(lease_expires_at=expires)
+        if touched != 1:
+            raise StaleFencingToken(operation.operation_id)
+        current = Operation.objects.get(pk=operation.pk)
+        _event(current, from_status=S.IN_FLIGHT, to_status=S.IN_FLIGHT, actor=actor,
+               reason="lease_extended", data={"lease_expires_at": expires.isoformat()})
+    return current
+
+
 # --- outcomes of a send (fenced) ---------------------------------------------------------
 
 def operation_succeed(
@@ -252,7 +302,7 @@ def operation_succeed(
     """in_flight → succeeded with the current token, or unknown → succeeded on proof/decision."""
     expected = frozenset({S.IN_FLIGHT}) if fencing_token is not None else frozenset({S.UNKNOWN})
     with transaction.atomic():
-        resolved = _transition(
+        resolved, event = _transition_moved(
             operation.pk, expected_from=expected, to_status=S.SUCCEEDED, actor=actor,
             reason=reason, fencing_token=fencing_token, operation=operation, data=data,
             fields=_resolution_fields(
@@ -260,6 +310,7 @@ def operation_succeed(
             ),
         )
         operation_resolved.send(sender=Operation, operation=resolved, actor=actor, reason=reason)
+        _announce(resolved, event)
     return resolved
 
 
@@ -281,13 +332,14 @@ def operation_fail(
     else:
         expected = frozenset({from_status or S.UNKNOWN})
     with transaction.atomic():
-        resolved = _transition(
+        resolved, event = _transition_moved(
             operation.pk, expected_from=expected, to_status=S.FAILED, actor=actor, reason=reason,
             fencing_token=fencing_token, operation=operation, data=data,
             fields=_resolution_fields(result=None, provider_request_id=None,
                                       error_class=error_class),
         )
         operation_resolved.send(sender=Operation, operation=resolved, actor=actor, reason=reason)
+        _announce(resolved, event)
     return resolved
 
 
@@ -329,7 +381,7 @@ def operation_mark_unknown(
 ) -> Operation:
     """in_flight → unknown, opening a reconciliation case in the same commit."""
     with transaction.atomic():
-        unknown = _transition(
+        unknown, event = _transition_moved(
             operation.pk, expected_from=frozenset({S.IN_FLIGHT}), to_status=S.UNKNOWN,
             actor=actor, reason=reason, fencing_token=fencing_token, operation=operation,
             data=data,
@@ -338,6 +390,7 @@ def operation_mark_unknown(
         operation_became_unknown.send(
             sender=Operation, operation=unknown, reason=reason, error_class=error_class
         )
+        _announce(unknown, event)
     return unknown
 
 

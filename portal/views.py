@@ -7,13 +7,16 @@ terminal state, is sent with HTTP 286 so htmx stops polling.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
+from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
@@ -88,6 +91,47 @@ def _last_checked(operation: Operation) -> Any:
     return max(moments) if moments else case.created_at
 
 
+# How much of the status token makes the customer's short reference. The customer has the
+# whole link already; the reference is what they quote to support, who find the operation by
+# it (admin search "^status_token"). The internal operation ID is never shown to them.
+SHORT_REFERENCE_LENGTH = 8
+
+
+def customer_reference(operation: Operation) -> str:
+    """The customer's own reference if the agent passed one, else a short one made for them."""
+    return operation.customer_ref or operation.status_token[:SHORT_REFERENCE_LENGTH]
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What the customer is told about an unknown outcome: by when, and whether a person is
+    on it."""
+
+    by: dt.datetime | None
+    overdue: bool
+    person_checking: bool
+
+
+def _expectation(operation: Operation, now: dt.datetime) -> Expectation | None:
+    if operation.status != S.UNKNOWN:
+        return None
+    try:
+        case = operation.reconciliation_case
+    except ObjectDoesNotExist:
+        return Expectation(by=None, overdue=False, person_checking=False)
+    person = case.state == "awaiting_review"
+    by = (case.review_deadline_at if person else None) or case.deadline_at
+    return Expectation(by=by, overdue=by is not None and by <= now, person_checking=person)
+
+
+def plain_time(moment: dt.datetime, now: dt.datetime) -> str:
+    """"12:57 UTC" today, "1 Dec 2026, 12:57 UTC" on another day."""
+    local, today = timezone.localtime(moment), timezone.localtime(now)
+    if local.date() == today.date():
+        return f"{local:%H:%M} {local.tzname()}"
+    return f"{local.day} {local:%b %Y, %H:%M} {local.tzname()}"
+
+
 def _int_param(request: HttpRequest, name: str) -> int:
     try:
         return max(0, min(int(request.GET.get(name, "0")), 1000))
@@ -105,11 +149,17 @@ def status_page(request: HtmxHttpRequest, token: str) -> HttpResponse:
     customer_status = CUSTOMER_STATUS[S(operation.status)]
     poll_number = _int_param(request, "n")
     paused = request.GET.get("paused") == "1"
+    now = timezone.now()
+    expectation = _expectation(operation, now)
     context = {
         "operation": operation,
         "customer_status": customer_status,
         "wording": WORDING.get(operation.tool, DEFAULT_WORDING),
-        "reference": operation.customer_ref or operation.operation_id,
+        "reference": customer_reference(operation),
+        "expectation": expectation,
+        "expected_by": plain_time(expectation.by, now) if expectation and expectation.by else "",
+        "org_name": settings.LEDGER_ORG_NAME,
+        "org_contact": settings.LEDGER_ORG_CONTACT,
         "last_checked_at": _last_checked(operation),
         "terminal": operation.is_terminal,
         "paused": paused,

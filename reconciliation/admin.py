@@ -11,6 +11,36 @@ from django.http import HttpRequest
 
 from reconciliation import services, transitions
 from reconciliation.models import Case, CaseEvent, Decision, Evidence
+from reconciliation.review import presentation
+from reconciliation.review import services as review_rules
+
+
+def _human(code: str) -> str:
+    return (code or "").replace("_", " ").capitalize() or "—"
+
+
+def labelled_filter(field: str, title: str, labels: dict[str, str]) -> type[admin.SimpleListFilter]:
+    """A list filter over a code column that shows words: the known label, else the code
+    humanised ("stale_result_ignored" → "Stale result ignored"). Values are the codes found."""
+
+    class LabelledFilter(admin.SimpleListFilter):
+        parameter_name = field
+
+        def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+            codes = (model_admin.get_queryset(request).order_by(field)
+                     .values_list(field, flat=True).distinct())
+            return [(code, labels.get(code, _human(code))) for code in codes if code]
+
+        def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+            value = self.value()
+            return queryset.filter(**{field: value}) if value else queryset
+
+    LabelledFilter.title = title
+    return LabelledFilter
+
+
+REASON_CODE_LABELS = {code: label for codes in review_rules.REASON_CODES.values()
+                      for code, label in codes} | dict([review_rules.OTHER_REASON])
 
 
 class _ReadOnlyInline(admin.TabularInline):
@@ -32,6 +62,7 @@ class _ReadOnlyInline(admin.TabularInline):
 class CaseEventInline(_ReadOnlyInline):
     model = CaseEvent
     fields = ["created_at", "from_state", "to_state", "actor", "reason", "data"]
+    verbose_name_plural = "Case events (the audit trail)"
 
 
 class EvidenceInline(_ReadOnlyInline):
@@ -60,11 +91,13 @@ class _ReadOnlyAdmin(admin.ModelAdmin):
 
 @admin.register(Case)
 class CaseAdmin(_ReadOnlyAdmin):
-    list_display = ["id", "operation", "tool", "state", "open_reason", "review_reason",
-                    "value_display", "attempts", "next_check_at", "deadline_at", "flagged",
-                    "resolution", "resolved_by", "created_at"]
-    list_filter = ["state", "open_reason", "review_reason", "flagged", "operation__tool",
-                   "operation__provider", "resolution"]
+    # Fits a 1,280 px screen: the operation ID wraps, codes are shown as words.
+    list_display = ["id", "operation_id", "tool", "state", "why", "value_display",
+                    "deadline_at", "resolution", "flagged"]
+    list_display_links = ["id", "operation_id"]
+    list_filter = ["state", "open_reason", "review_reason", "flagged",
+                   labelled_filter("operation__tool", "tool", {}),
+                   labelled_filter("operation__provider", "provider", {}), "resolution"]
     search_fields = ["operation__operation_id", "operation__run_id", "operation__subject",
                      "operation__customer_ref", "resolved_by"]
     list_select_related = ["operation"]
@@ -75,7 +108,17 @@ class CaseAdmin(_ReadOnlyAdmin):
 
     @admin.display(description="tool", ordering="operation__tool")
     def tool(self, case: Case) -> str:
-        return case.operation.tool
+        return _human(case.operation.tool)
+
+    @admin.display(description="operation", ordering="operation__operation_id")
+    def operation_id(self, case: Case) -> str:
+        return case.operation.operation_id
+
+    @admin.display(description="why", ordering="review_reason")
+    def why(self, case: Case) -> str:
+        if case.review_reason:
+            return presentation.review_reason_label(case.review_reason)
+        return case.get_open_reason_display()
 
     @admin.display(description="value", ordering="value_amount")
     def value_display(self, case: Case) -> str:
@@ -116,8 +159,13 @@ class CaseAdmin(_ReadOnlyAdmin):
 
 @admin.register(CaseEvent)
 class CaseEventAdmin(_ReadOnlyAdmin):
-    list_display = ["case", "from_state", "to_state", "actor", "reason", "created_at"]
-    list_filter = ["to_state", "reason"]
+    list_display = ["case", "from_state", "to_state", "actor", "reason_words", "created_at"]
+    list_filter = [labelled_filter("to_state", "to state", dict(Case.State.choices)),
+                   labelled_filter("reason", "reason", dict(Case.ReviewReason.choices))]
+
+    @admin.display(description="reason", ordering="reason")
+    def reason_words(self, event: CaseEvent) -> str:
+        return _human(event.reason)
     search_fields = ["case__operation__operation_id", "case__operation__run_id", "actor"]
     list_select_related = ["case__operation"]
 
@@ -127,8 +175,16 @@ class CaseEventAdmin(_ReadOnlyAdmin):
 
 @admin.register(Evidence)
 class EvidenceAdmin(_ReadOnlyAdmin):
-    list_display = ["case", "kind", "outcome", "actor", "created_by", "created_at"]
-    list_filter = ["kind", "outcome"]
+    list_display = ["case", "kind", "outcome_words", "actor", "created_by", "created_at"]
+    list_filter = [labelled_filter("kind", "kind", {}),
+                   labelled_filter("outcome", "answer", {
+                       code: text[0].upper() + text[1:]
+                       for code, text in presentation.CHECK_OUTCOMES.items()})]
+
+    @admin.display(description="answer", ordering="outcome")
+    def outcome_words(self, evidence: Evidence) -> str:
+        text = presentation.CHECK_OUTCOMES.get(evidence.outcome)
+        return text[0].upper() + text[1:] if text else _human(evidence.outcome)
     search_fields = ["case__operation__operation_id", "case__operation__run_id", "actor"]
     list_select_related = ["case__operation", "created_by"]
 
@@ -138,8 +194,18 @@ class EvidenceAdmin(_ReadOnlyAdmin):
 
 @admin.register(Decision)
 class DecisionAdmin(_ReadOnlyAdmin):
-    list_display = ["case", "action", "status", "decided_by", "reason_code", "created_at"]
-    list_filter = ["action", "status", "reason_code"]
+    list_display = ["case", "action", "status", "decided_by", "reason", "override",
+                    "created_at"]
+    list_filter = ["action", "status", labelled_filter("reason_code", "reason",
+                                                       REASON_CODE_LABELS)]
+
+    @admin.display(description="reason", ordering="reason_code")
+    def reason(self, decision: Decision) -> str:
+        return REASON_CODE_LABELS.get(decision.reason_code, _human(decision.reason_code))
+
+    @admin.display(description="override", boolean=True)
+    def override(self, decision: Decision) -> bool:
+        return decision.is_override
     search_fields = ["case__operation__operation_id", "case__operation__run_id",
                      "decided_by__username", "note"]
     list_select_related = ["case__operation", "decided_by"]
@@ -150,7 +216,7 @@ class DecisionAdmin(_ReadOnlyAdmin):
 
 # ==============================================================================================
 # BEGIN review decisions on the Case change form — maintained with the review queue
-# (reconciliation/review.py, reconciliation/forms.py, templates/admin/reconciliation/case/
+# (reconciliation/review/services.py, reconciliation/forms.py, templates/admin/reconciliation/case/
 # decide.html). Django 6.1 change-form actions; every one goes through the same services as
 # /review/: the claim, a decision with its reason code and note, four-eyes approval.
 # ==============================================================================================
@@ -158,8 +224,8 @@ from django.contrib.admin.options import ActionLocation  # noqa: E402
 from django.template.response import TemplateResponse  # noqa: E402
 
 from config.http import authenticated_user  # noqa: E402
-from reconciliation import review  # noqa: E402
 from reconciliation.forms import ApprovalForm  # noqa: E402
+from reconciliation.review import services as review_services  # noqa: E402
 
 
 class _AdminDecisionForm(ApprovalForm):
@@ -171,7 +237,7 @@ def _one_case(queryset: QuerySet[Case]) -> Case:
 
 
 def _refused(modeladmin: admin.ModelAdmin, request: HttpRequest,
-             error: review.ReviewError) -> None:
+             error: review_services.ReviewError) -> None:
     modeladmin.message_user(request, error.message, messages.ERROR)
 
 
@@ -181,8 +247,8 @@ def claim_for_me(modeladmin: admin.ModelAdmin, request: HttpRequest,
                  queryset: QuerySet[Case]) -> None:
     case = _one_case(queryset)
     try:
-        review.case_claim(case_id=case.pk, user=authenticated_user(request))
-    except review.ReviewError as error:
+        review_services.case_claim(case_id=case.pk, user=authenticated_user(request))
+    except review_services.ReviewError as error:
         _refused(modeladmin, request, error)
         return
     modeladmin.message_user(request, f"You hold case {case.pk} for 15 minutes.", messages.INFO)
@@ -194,8 +260,8 @@ def release_my_claim(modeladmin: admin.ModelAdmin, request: HttpRequest,
                      queryset: QuerySet[Case]) -> None:
     case = _one_case(queryset)
     try:
-        review.case_release(case_id=case.pk, user=authenticated_user(request))
-    except review.ReviewError as error:
+        review_services.case_release(case_id=case.pk, user=authenticated_user(request))
+    except review_services.ReviewError as error:
         _refused(modeladmin, request, error)
         return
     modeladmin.message_user(request, f"Case {case.pk} released.", messages.INFO)
@@ -208,7 +274,8 @@ def _decision_page(modeladmin: admin.ModelAdmin, request: HttpRequest, case: Cas
         **modeladmin.admin_site.each_context(request),
         "title": title, "case": case, "operation": case.operation, "form": form,
         "action": action, "action_name": action_name, "pending": pending,
-        "four_eyes": review.needs_four_eyes(case.operation), "opts": modeladmin.model._meta,
+        "four_eyes": review_services.needs_four_eyes(case.operation),
+        "opts": modeladmin.model._meta,
         "review_url": f"/review/cases/{case.pk}/",
     }
     return TemplateResponse(request, "admin/reconciliation/case/decide.html", context)
@@ -231,12 +298,12 @@ def _decide(action: str, action_name: str, title: str) -> Any:
         user = authenticated_user(request)
         try:
             # Deciding needs the claim: take it (refused while another reviewer holds it).
-            review.case_claim(case_id=case.pk, user=user)
-            outcome = review.case_decide(
+            review_services.case_claim(case_id=case.pk, user=user)
+            outcome = review_services.case_decide(
                 case_id=case.pk, user=user, action=action,
                 reason_code=data["reason_code"], note=data["note"],
                 params_hash=data["params_hash"])
-        except review.ReviewError as error:
+        except review_services.ReviewError as error:
             _refused(modeladmin, request, error)
             return None
         modeladmin.message_user(request, outcome.message, messages.SUCCESS)
@@ -275,12 +342,12 @@ def approve_pending(modeladmin: admin.ModelAdmin, request: HttpRequest,
                               pending=pending)
     user = authenticated_user(request)
     try:
-        review.case_claim(case_id=case.pk, user=user)
-        outcome = review.decision_approve(
+        review_services.case_claim(case_id=case.pk, user=user)
+        outcome = review_services.decision_approve(
             decision_id=pending.pk, user=user,
             reason_code=form.cleaned_data["reason_code"], note=form.cleaned_data["note"],
             params_hash=form.cleaned_data["params_hash"])
-    except review.ReviewError as error:
+    except review_services.ReviewError as error:
         _refused(modeladmin, request, error)
         return None
     modeladmin.message_user(request, f"2 of 2 approvals. {outcome.message}", messages.SUCCESS)

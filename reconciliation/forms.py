@@ -3,24 +3,44 @@ messages and keep what the reviewer typed."""
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django import forms
 
-from reconciliation import review
+from ledger.money import format_money, is_currency, parse_money
 from reconciliation.models import Decision
+from reconciliation.review import presentation, selectors, services
 
 Action = Decision.Action
 
 
-def _money_to_minor(value: Decimal | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        return int((value * 100).to_integral_value())
-    except InvalidOperation:
-        return None
+class MoneyField(forms.CharField):
+    """An amount a person types, parsed with the currency's ISO 4217 exponent in the active
+    locale (ledger.money.parse_money) into minor units. The form says which currency."""
+
+    widget = forms.TextInput(attrs={"inputmode": "decimal", "autocomplete": "off"})
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", 40)
+        super().__init__(*args, **kwargs)
+        self.currency = ""
+
+    def clean(self, value: Any) -> int | None:
+        text = super().clean(value)
+        if not text:
+            return None
+        if not self.currency:
+            raise forms.ValidationError("Choose the currency the amount is in.")
+        try:
+            return parse_money(text, self.currency)
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from None
+
+
+def _money_field(form: forms.BaseForm, name: str) -> MoneyField:
+    field = form.fields[name]
+    assert isinstance(field, MoneyField)
+    return field
 
 
 def _choice_field(form: forms.BaseForm, name: str) -> forms.ChoiceField:
@@ -36,36 +56,50 @@ class QueueFilterForm(forms.Form):
     tool = forms.ChoiceField(required=False)
     provider = forms.ChoiceField(required=False)
     reason = forms.ChoiceField(required=False, label="Why in review")
-    min_value = forms.DecimalField(required=False, min_value=0, decimal_places=2,
-                                   label="Value from", widget=forms.NumberInput(
-                                       attrs={"step": "0.01", "inputmode": "decimal"}))
-    max_value = forms.DecimalField(required=False, min_value=0, decimal_places=2,
-                                   label="Value to", widget=forms.NumberInput(
-                                       attrs={"step": "0.01", "inputmode": "decimal"}))
+    currency = forms.CharField(required=False, max_length=3, label="Currency",
+                               widget=forms.TextInput(attrs={
+                                   "size": 4, "placeholder": "EUR", "autocapitalize": "characters",
+                                   "spellcheck": "false"}))
+    min_value = MoneyField(required=False, label="Value from")
+    max_value = MoneyField(required=False, label="Value to")
     age = forms.ChoiceField(required=False)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         anything = [("", "Any")]
-        _choice_field(self, "tool").choices = anything + review.tool_choices()
-        _choice_field(self, "provider").choices = anything + review.provider_choices()
-        _choice_field(self, "reason").choices = anything + review.review_reason_choices()
+        _choice_field(self, "tool").choices = anything + selectors.tool_choices()
+        _choice_field(self, "provider").choices = anything + selectors.provider_choices()
+        _choice_field(self, "reason").choices = anything + presentation.review_reason_choices()
         _choice_field(self, "age").choices = anything + [
-            (key, label) for key, (label, _) in review.AGE_FILTERS.items()
+            (key, label) for key, (label, _) in selectors.AGE_FILTERS.items()
         ]
 
-    def filters(self) -> review.QueueFilters:
+    def clean_currency(self) -> str:
+        currency = (self.cleaned_data.get("currency") or "").strip().upper()
+        if currency and not is_currency(currency):
+            raise forms.ValidationError(f"{currency} is not an ISO 4217 currency code.")
+        return currency
+
+    def full_clean(self) -> None:
+        # The amounts are parsed in the currency the same form names.
+        currency = str(self.data.get("currency", "") or "").strip().upper()
+        for name in ("min_value", "max_value"):
+            _money_field(self, name).currency = currency if is_currency(currency) else ""
+        super().full_clean()
+
+    def filters(self) -> selectors.QueueFilters:
         if not self.is_valid():
             # Bad values are ignored rather than failing the whole queue.
             data = {k: v for k, v in self.cleaned_data.items() if k not in self.errors}
         else:
             data = self.cleaned_data
-        return review.QueueFilters(
+        return selectors.QueueFilters(
             tool=data.get("tool") or "",
             provider=data.get("provider") or "",
             reason=data.get("reason") or "",
-            min_value=_money_to_minor(data.get("min_value")),
-            max_value=_money_to_minor(data.get("max_value")),
+            currency=data.get("currency") or "",
+            min_value=data.get("min_value"),
+            max_value=data.get("max_value"),
             age=data.get("age") or "",
         )
 
@@ -74,9 +108,9 @@ def _reason_choices() -> list[Any]:
     groups: list[Any] = [("", "Choose a reason…")]
     titles = {Action.CONFIRM: "Confirming", Action.REJECT: "Rejecting",
               Action.RESEND: "Re-sending"}
-    for action, codes in review.REASON_CODES.items():
+    for action, codes in services.REASON_CODES.items():
         groups.append((titles[Action(action)], list(codes)))
-    groups.append(review.OTHER_REASON)
+    groups.append(services.OTHER_REASON)
     return groups
 
 
@@ -103,11 +137,32 @@ class DecisionForm(_ReasonedForm):
     action = forms.ChoiceField(
         choices=Action.choices, widget=forms.RadioSelect, label="Decision",
     )
-    field_order = ["action", "reason_code", "note", "params_hash"]
+    amount_checked = MoneyField(
+        required=False, label="Amount you checked (optional)",
+        help_text="The amount you saw at the provider or on the statement, as you read it.",
+    )
+    override = forms.BooleanField(
+        required=False, label="I am deciding against the provider's evidence (override)",
+    )
+    override_reason = forms.CharField(
+        required=False, max_length=4000, label="Why the evidence is wrong",
+        widget=forms.Textarea(attrs={"rows": 2}),
+    )
+    field_order = ["action", "reason_code", "note", "amount_checked", "override",
+                   "override_reason", "params_hash"]
 
-    def __init__(self, *args: Any, resend_allowed: bool = True, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, resend_allowed: bool = True, amount: int | None = None,
+                 currency: str = "", **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.resend_allowed = resend_allowed
+        self.amount = amount
+        self.currency = currency if is_currency(currency) else ""
+        field = _money_field(self, "amount_checked")
+        field.currency = self.currency
+        if self.currency:
+            field.label = f"Amount you checked, in {self.currency} (optional)"
+        else:
+            del self.fields["amount_checked"]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -116,8 +171,18 @@ class DecisionForm(_ReasonedForm):
         if action == Action.RESEND and not self.resend_allowed:
             self.add_error("action", "Re-sending is only possible while the provider still "
                                      "remembers the idempotency key.")
-        if action and code and code not in {c for c, _ in review.reason_choices(action)}:
+        if action and code and code not in {c for c, _ in services.reason_choices(action)}:
             self.add_error("reason_code", "This reason does not fit the decision you chose.")
+        checked = data.get("amount_checked")
+        if checked is not None and self.amount is not None and checked != self.amount:
+            self.add_error("amount_checked", (
+                f"You typed {format_money(checked, self.currency)}, but the intent is "
+                f"{format_money(self.amount, self.currency)}: check you are looking at the "
+                "right record."))
+        if data.get("override") and not (data.get("override_reason") or "").strip():
+            self.add_error("override_reason", "Write why you decide against the evidence.")
+        if not data.get("override"):
+            data["override_reason"] = ""
         return data
 
 
@@ -130,7 +195,7 @@ class ApprovalForm(_ReasonedForm):
         data = super().clean()
         assert data is not None  # Form.clean() returns cleaned_data
         code = data.get("reason_code")
-        if code and code not in {c for c, _ in review.reason_choices(self.action)}:
+        if code and code not in {c for c, _ in services.reason_choices(self.action)}:
             self.add_error("reason_code", "This reason does not fit the proposed decision.")
         return data
 

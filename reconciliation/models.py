@@ -25,18 +25,41 @@ class Case(models.Model):
         PROVIDER_IN_PROGRESS = "provider_in_progress", "Provider still executing"
         AMBIGUOUS_RESPONSE = "ambiguous_response", "Ambiguous response"
 
+    class Resolution(models.TextChoices):
+        """How a case was resolved (the reason code of the resolving transition)."""
+
+        STAFF_CONFIRMED = "staff_confirmed", "Confirmed by staff"
+        STAFF_REJECTED = "staff_rejected", "Rejected by staff"
+        LOOKUP_PROVED_SUCCESS = "lookup_proved_success", "Provider's record proved it happened"
+        LOOKUP_PROVED_ABSENT = "lookup_proved_absent", "Provider proved it did not happen"
+        PROVIDER_CONFIRMED = "provider_confirmed", "Provider confirmed it"
+        PROVIDER_REJECTED = "provider_rejected", "Provider rejected it"
+        LATE_CONFIRMATION = "late_confirmation", "Provider's late answer confirmed it"
+        LATE_REJECTION = "late_rejection", "Provider's late answer rejected it"
+
+    class ReviewReason(models.TextChoices):
+        """Why a person has to look (reconciliation.transitions.REVIEW_REASONS)."""
+
+        HIGH_VALUE = "high_value", "High value"
+        ANOMALY = "anomaly", "Provider record differs"
+        KEY_RETENTION_PASSED = "key_retention_passed", "Key retention passed"
+        DEADLINE_PASSED = "deadline_passed", "Deadline passed"
+        NOT_FOUND_NOT_AUTHORITATIVE = "not_found_not_authoritative", "Absent, not authoritative"
+        NO_STRATEGY = "no_strategy", "No way to check"
+        MANUAL = "manual", "Escalated by staff"
+
     operation = models.OneToOneField(
         Operation, on_delete=models.PROTECT, related_name="reconciliation_case"
     )
     state = models.CharField(max_length=20, choices=State.choices, default=State.CHECKING)
     open_reason = models.CharField(max_length=32, choices=OpenReason.choices)
-    review_reason = models.CharField(max_length=32, blank=True)
+    review_reason = models.CharField(max_length=32, blank=True, choices=ReviewReason.choices)
     attempts = models.PositiveIntegerField(default=0)
     next_check_at = models.DateTimeField(null=True, blank=True)
     last_checked_at = models.DateTimeField(null=True, blank=True)
     deadline_at = models.DateTimeField()
     strategies_tried = models.JSONField(default=list, blank=True)
-    resolution = models.CharField(max_length=32, blank=True)
+    resolution = models.CharField(max_length=32, blank=True, choices=Resolution.choices)
     resolved_by = models.CharField(max_length=200, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
     # Contradicting evidence arrived after a person decided: flagged, never silently flipped.
@@ -72,7 +95,9 @@ class Case(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"case for {self.operation_id} ({self.state})"
+        operation = self.operation
+        tool = operation.tool.replace("_", " ")
+        return f"Case for {tool} {operation.operation_id} ({self.get_state_display()})"
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -101,7 +126,13 @@ class CaseEvent(AppendOnlyModel):
         ordering = ["created_at", "id"]
 
     def __str__(self) -> str:
-        return f"{self.case_id}: {self.from_state or '∅'} → {self.to_state} ({self.reason})"
+        states = dict(Case.State.choices)
+        before = states.get(self.from_state, "New") if self.from_state else "New"
+        reason = self.reason.replace("_", " ")
+        if self.from_state == self.to_state:
+            return f"Case {self.case_id}: {reason}"
+        after = states.get(self.to_state, self.to_state)
+        return f"Case {self.case_id}: {before} → {after} ({reason})"
 
 
 
@@ -126,7 +157,8 @@ class Evidence(AppendOnlyModel):
         ordering = ["created_at", "id"]
 
     def __str__(self) -> str:
-        return f"{self.kind} on case {self.case_id}: {self.outcome}"
+        kind = self.kind.replace("_", " ").capitalize()
+        return f"{kind} on case {self.case_id}: {self.outcome.replace('_', ' ')}"
 
 
 
@@ -157,6 +189,15 @@ class Decision(models.Model):
                                    related_name="case_decisions")
     approves = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT,
                                  related_name="approvals")
+    # A decision against the latest definitive evidence (reject after a matching lookup,
+    # confirm after proven absence) is an override: its written reason and the evidence it
+    # overrode are kept, and it always waits for a second, different reviewer.
+    override_reason = models.TextField(blank=True)
+    overrides_evidence = models.ForeignKey(
+        Evidence, null=True, blank=True, on_delete=models.PROTECT, related_name="overridden_by",
+    )
+    # The amount the reviewer typed as checked at the provider (minor units), if they did.
+    amount_checked = models.BigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -179,4 +220,9 @@ class Decision(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.action} on case {self.case_id} by {self.decided_by_id} ({self.status})"
+        return (f"{self.get_action_display()} on case {self.case_id} "
+                f"({self.get_status_display().lower()})")
+
+    @property
+    def is_override(self) -> bool:
+        return self.overrides_evidence_id is not None

@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from ledger import executor
+from ledger import executor, metrics
 from ledger import transitions as ledger_transitions
 from ledger.models import Operation
 from ledger.providers.base import (
@@ -138,7 +138,10 @@ def backoff_seconds(attempt: int, *, rng: random.Random | None = None) -> float:
 
 def resend_allowed_until(operation: Operation, caps: Capabilities) -> dt.datetime | None:
     """Until when a same-key re-send is safe; None when the provider takes no keys (or does
-    not say how long it keeps them)."""
+    not say how long it keeps them), and always for a client-executed operation: the agent
+    made that call, the ledger does not hold it, so nothing re-sends on the agent's behalf."""
+    if operation.execution == Operation.Execution.CLIENT:
+        return None
     if not caps.can_send or not caps.honours_idempotency_keys or not caps.key_retention_seconds:
         return None
     if tool_of(operation).withholds(operation.params):
@@ -155,6 +158,10 @@ def consistency_window_closes_at(operation: Operation, tool: Tool,
     """A lookup can miss a committed effect until the provider's index caught up with the last
     request we may have sent (which itself may have taken up to the request timeout)."""
     sent_at = operation.sent_at or operation.updated_at
+    if operation.execution == Operation.Execution.CLIENT:
+        # The agent may have sent at any moment of its claim (heartbeats extend it): count from
+        # when the claim ended, which is when the operation became unknown.
+        sent_at = max(sent_at, operation.updated_at)
     return sent_at + dt.timedelta(
         seconds=executor.request_timeout(tool) + caps.lookup_consistency_seconds)
 
@@ -256,8 +263,10 @@ def send_same_key(claim: ledger_transitions.Claim, tool: Tool,
     operation = claim.operation
     if not operation.idempotency_key:
         raise RuntimeError(f"operation {operation.operation_id} has no stored key")
-    return adapter.send(operation, key=operation.idempotency_key,
-                        timeout=executor.request_timeout(tool))
+    outcome = adapter.send(operation, key=operation.idempotency_key,
+                           timeout=executor.request_timeout(tool))
+    metrics.count_send_outcome(operation.provider, outcome)
+    return outcome
 
 
 def persist_resend(*, case: Case, claim: ledger_transitions.Claim, outcome: SendOutcome,

@@ -21,8 +21,9 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from ledger import outbox
 from ledger import transitions as ledger_transitions
-from ledger.models import Operation
+from ledger.models import Operation, WebhookEvent
 from reconciliation.models import Case, CaseEvent, Evidence
 
 C = Case.State
@@ -108,17 +109,19 @@ def _move(case: Case, *, to_state: str, actor: str, reason: str,
     return case
 
 
-def _transition(case: Case, *, to_state: str, actor: str, reason: str,
-                fields: Mapping[str, Any] | None = None,
-                data: Mapping[str, Any] | None = None) -> Case:
+def _transition_moved(case: Case, *, to_state: str, actor: str, reason: str,
+                      fields: Mapping[str, Any] | None = None,
+                      data: Mapping[str, Any] | None = None) -> tuple[Case, bool]:
+    """Re-read, compare-and-set, retry on a lost race; also answers whether this call moved it
+    (False: it was already there)."""
     for _ in range(3):
         current = Case.objects.get(pk=case.pk)
         if current.state == to_state:
-            return current  # already there: idempotent, no new event
+            return current, False  # already there: idempotent, no new event
         try:
             with transaction.atomic():
                 return _move(current, to_state=to_state, actor=actor, reason=reason,
-                             fields=fields, data=data)
+                             fields=fields, data=data), True
         except _Lost:
             continue
     raise CaseTransitionError(f"case {case.pk} kept changing under us")
@@ -240,10 +243,17 @@ def case_escalate(*, case: Case, reason: str, actor: str,
         raise ValueError(f"unknown review reason {reason!r}")
     now = timezone.now()
     sla = dt.timedelta(seconds=settings.RECONCILIATION_REVIEW_SLA_SECONDS)
-    return _transition(
-        case, to_state=C.AWAITING_REVIEW, actor=actor, reason=reason, data=data,
-        fields={"review_reason": reason, "review_deadline_at": now + sla, "next_check_at": None},
-    )
+    with transaction.atomic():
+        escalated, moved = _transition_moved(
+            case, to_state=C.AWAITING_REVIEW, actor=actor, reason=reason, data=data,
+            fields={"review_reason": reason, "review_deadline_at": now + sla,
+                    "next_check_at": None},
+        )
+        if moved:
+            # The agent's operation.awaiting_review webhook, in the same commit.
+            outbox.outbox_record(operation=escalated.operation,
+                                 event_type=WebhookEvent.Type.AWAITING_REVIEW)
+    return escalated
 
 
 # --- resolution ----------------------------------------------------------------------------
@@ -379,18 +389,3 @@ def case_record_evidence(
         outcome=outcome, actor=actor[:200], created_by=user,
     )
 
-
-# --- services a person's actions call (provider I/O: they live in reconciliation.services) ----
-
-def case_check_now(*, case: Case, actor: str, user: Any = None) -> Evidence:
-    """One lookup now, kept as evidence; see reconciliation.services.case_check_now."""
-    from reconciliation import services
-
-    return services.case_check_now(case=case, actor=actor, user=user)
-
-
-def case_resend_same_key(*, case: Case, actor: str, user: Any = None) -> Evidence:
-    """A person's same-key re-send; see reconciliation.services.case_resend_same_key."""
-    from reconciliation import services
-
-    return services.case_resend_same_key(case=case, actor=actor, user=user)

@@ -9,6 +9,7 @@ app_name = "review"
 urlpatterns = [
     path("", views.queue, name="queue"),
     path("new/", views.new_arrivals, name="new_arrivals"),
+    path("bulk/", views.bulk_claim, name="bulk"),
     path("cases/<int:pk>/", views.case_detail, name="case"),
     path("cases/<int:pk>/claim/", views.claim, name="claim"),
     path("cases/<int:pk>/release/", views.release, name="release"),

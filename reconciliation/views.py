@@ -28,7 +28,6 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from config.http import HtmxHttpRequest
-from reconciliation import review
 from reconciliation.forms import (
     ApprovalForm,
     DecisionForm,
@@ -37,12 +36,13 @@ from reconciliation.forms import (
     WithdrawForm,
 )
 from reconciliation.models import Case, Decision
+from reconciliation.review import presentation, selectors, services
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
 REVIEW_PERMISSION = "reconciliation.review_case"
-FILTER_NAMES = ("tool", "provider", "reason", "min_value", "max_value", "age")
+FILTER_NAMES = ("tool", "provider", "reason", "currency", "min_value", "max_value", "age")
 
 View = Callable[..., HttpResponse]
 
@@ -132,27 +132,27 @@ def _int(value: str | None) -> int | None:
 @require_GET
 @review_required
 def queue(request: ReviewRequest) -> HttpResponse:
-    tab = request.GET.get("tab", review.DEFAULT_TAB)
-    if tab not in review.TABS:
-        tab = review.DEFAULT_TAB
+    tab = request.GET.get("tab", selectors.DEFAULT_TAB)
+    if tab not in selectors.TABS:
+        tab = selectors.DEFAULT_TAB
     form = QueueFilterForm(request.GET)
     filters = form.filters()
     now = timezone.now()
-    queryset = review.case_queue(user=request.user, tab=tab, filters=filters, now=now)
-    page = review.case_queue_page(queryset, after=_int(request.GET.get("after")),
+    queryset = selectors.case_queue(user=request.user, tab=tab, filters=filters, now=now)
+    page = selectors.case_queue_page(queryset, after=_int(request.GET.get("after")),
                                   before=_int(request.GET.get("before")))
-    counts = review.case_tab_counts(user=request.user, filters=filters, now=now)
+    counts = selectors.case_tab_counts(user=request.user, filters=filters, now=now)
     filter_query = _filter_query(form)
     tab_query = f"tab={tab}" + (f"&{filter_query}" if filter_query else "")
     context = {
         "tab": tab,
-        "tabs": [(key, label, *counts[key]) for key, label in review.TABS.items()],
+        "tabs": [(key, label, *counts[key]) for key, label in selectors.TABS.items()],
         "form": form,
         "page": page,
         "filter_query": filter_query,
         "tab_query": tab_query,
         "now": now,
-        "since_event": review.review_cursor(),
+        "since_event": selectors.review_cursor(),
         "new_count": 0,
         "list_url": request.get_full_path(),
         "refresh_url": f"{reverse('review:queue')}?{tab_query}",
@@ -174,7 +174,7 @@ def new_arrivals(request: ReviewRequest) -> HttpResponse:
         refresh_url = reverse("review:queue")
     if not request.htmx:
         return HttpResponseRedirect(refresh_url)
-    count, capped = review.case_new_arrivals(since_event=since)
+    count, capped = selectors.case_new_arrivals(since_event=since)
     if count == (_int(request.GET.get("shown")) or 0):
         return HttpResponse(status=204)  # nothing new to say: no swap, no announcement
     context = {"new_count": count, "new_capped": capped, "since_event": since,
@@ -186,7 +186,7 @@ def new_arrivals(request: ReviewRequest) -> HttpResponse:
 
 def _case_or_404(pk: int) -> Case:
     try:
-        return review.case_get_for_review(pk)
+        return selectors.case_get_for_review(pk)
     except Case.DoesNotExist:
         raise Http404("No such case.") from None
 
@@ -194,11 +194,11 @@ def _case_or_404(pk: int) -> Case:
 def _case_context(request: ReviewRequest, case: Case, **forms: Any) -> dict[str, Any]:
     now = timezone.now()
     operation = case.operation
-    panel = review.case_evidence(case)
+    panel = presentation.case_evidence(case)
     # Prefetched (to_attr) by case_get_for_review.
     pending_decisions: list[Decision] | None = getattr(case, "pending_decisions", None)
     pending = pending_decisions[0] if pending_decisions else None
-    holds = review.holds_claim(case, request.user, now)
+    holds = services.holds_claim(case, request.user, now)
     initial = {"params_hash": operation.params_hash}
     context = {
         "case": case,
@@ -206,18 +206,19 @@ def _case_context(request: ReviewRequest, case: Case, **forms: Any) -> dict[str,
         "panel": panel,
         "now": now,
         "holds_claim": holds,
-        "claim_live": review.claim_is_live(case, now),
+        "claim_live": services.claim_is_live(case, now),
         "pending": pending,
-        "four_eyes": review.needs_four_eyes(operation),
-        "four_eyes_threshold": review.four_eyes_threshold_display(operation),
+        "four_eyes": services.needs_four_eyes(operation),
+        "four_eyes_threshold": presentation.four_eyes_threshold_display(operation),
         "is_open": case.state == Case.State.AWAITING_REVIEW,
         "decision_form": forms.get("decision_form") or DecisionForm(
-            initial=initial, resend_allowed=panel.resend_allowed),
+            initial=initial, resend_allowed=panel.resend_allowed,
+            amount=operation.value_amount, currency=operation.value_currency),
         "approval_form": forms.get("approval_form") or (
             ApprovalForm(initial=initial, action=pending.action) if pending else None),
         "withdraw_form": forms.get("withdraw_form") or WithdrawForm(),
         "note_form": forms.get("note_form") or NoteForm(),
-        "reason_label": review.review_reason_label(case.review_reason),
+        "reason_label": presentation.review_reason_label(case.review_reason),
     }
     return context
 
@@ -240,8 +241,8 @@ def case_detail(request: ReviewRequest, pk: int) -> HttpResponse:
     return render(request, "reconciliation/case.html", _case_context(request, case))
 
 
-def _after_action(request: ReviewRequest, case_pk: int, *, error: review.ReviewError | None = None,
-                  **forms: Any) -> HttpResponse:
+def _after_action(request: ReviewRequest, case_pk: int, *,
+                  error: services.ReviewError | None = None, **forms: Any) -> HttpResponse:
     """Success: redirect (no JS) or the fresh case body (htmx). Refusal: the page or body
     re-rendered with the message, 409 or 422."""
     if error is not None:
@@ -256,7 +257,7 @@ def _after_action(request: ReviewRequest, case_pk: int, *, error: review.ReviewE
 
 # --- claims ----------------------------------------------------------------------------------
 
-def _claim_response(request: ReviewRequest, case_pk: int, *, error: review.ReviewError | None,
+def _claim_response(request: ReviewRequest, case_pk: int, *, error: services.ReviewError | None,
                     ) -> HttpResponse:
     if request.POST.get("from") != "queue":
         return _after_action(request, case_pk, error=error)
@@ -276,13 +277,13 @@ def _claim_response(request: ReviewRequest, case_pk: int, *, error: review.Revie
 @review_required
 def claim(request: ReviewRequest, pk: int) -> HttpResponse:
     try:
-        case = review.case_claim(case_id=pk, user=request.user)
+        case = services.case_claim(case_id=pk, user=request.user)
     except Case.DoesNotExist:
         raise Http404("No such case.") from None
-    except review.ReviewError as error:
+    except services.ReviewError as error:
         return _claim_response(request, pk, error=error)
-    until = timezone.localtime(case.claim_expires_at).strftime("%H:%M %Z")
-    _notify(request, "success", f"You hold case {pk} until {until}.")
+    _notify(request, "success",
+            f"You hold case {pk} until {services.when(case.claim_expires_at)}.")
     return _claim_response(request, pk, error=None)
 
 
@@ -290,13 +291,49 @@ def claim(request: ReviewRequest, pk: int) -> HttpResponse:
 @review_required
 def release(request: ReviewRequest, pk: int) -> HttpResponse:
     try:
-        review.case_release(case_id=pk, user=request.user)
+        services.case_release(case_id=pk, user=request.user)
     except Case.DoesNotExist:
         raise Http404("No such case.") from None
-    except review.ReviewError as error:
+    except services.ReviewError as error:
         return _claim_response(request, pk, error=error)
     _notify(request, "info", f"You released case {pk}; anyone can claim it now.")
     return _claim_response(request, pk, error=None)
+
+
+BULK_LIMIT = 100
+
+
+@require_POST
+@review_required
+def bulk_claim(request: ReviewRequest) -> HttpResponse:
+    """Claim or release the ticked rows of the queue together (a plain form: no JS needed).
+    Each case goes through the same service as its own button; one refusal does not stop the
+    others, and the reviewer is told exactly which cases changed and which did not."""
+    action = request.POST.get("action")
+    back = _safe_next(request, reverse("review:queue"))
+    ids = sorted({pk for pk in (_int(v) for v in request.POST.getlist("case")) if pk})
+    if action not in ("claim", "release") or not ids:
+        _notify(request, "error", "Tick at least one case, then choose Claim or Release.")
+        return HttpResponseRedirect(back)
+    if len(ids) > BULK_LIMIT:
+        _notify(request, "error", f"Tick at most {BULK_LIMIT} cases at a time. Nothing changed.")
+        return HttpResponseRedirect(back)
+    act = services.case_claim if action == "claim" else services.case_release
+    done: list[str] = []
+    for pk in ids:
+        try:
+            act(case_id=pk, user=request.user)
+        except Case.DoesNotExist:
+            _notify(request, "error", f"Case {pk} does not exist.")
+        except services.ReviewError as error:
+            _notify(request, "error", f"Case {pk}: {error.message}")
+        else:
+            done.append(str(pk))
+    if done:
+        verb = "You now hold" if action == "claim" else "You released"
+        noun = "case" if len(done) == 1 else "cases"
+        _notify(request, "success", f"{verb} {noun} {', '.join(done)}.")
+    return HttpResponseRedirect(back)
 
 
 # --- decisions ---------------------------------------------------------------------------
@@ -305,18 +342,22 @@ def release(request: ReviewRequest, pk: int) -> HttpResponse:
 @review_required
 def decide(request: ReviewRequest, pk: int) -> HttpResponse:
     case = _case_or_404(pk)
-    panel_allows_resend = review.resend_allowed(case.operation)
-    form = DecisionForm(request.POST, resend_allowed=panel_allows_resend)
+    panel_allows_resend = services.resend_allowed(case.operation)
+    form = DecisionForm(request.POST, resend_allowed=panel_allows_resend,
+                        amount=case.operation.value_amount,
+                        currency=case.operation.value_currency)
     if not form.is_valid():
         _notify(request, "error", "The decision was not recorded: check the fields marked.")
         return _after_action(request, pk, decision_form=form)
     data = form.cleaned_data
     try:
-        outcome = review.case_decide(
+        outcome = services.case_decide(
             case_id=pk, user=request.user, action=data["action"],
             reason_code=data["reason_code"], note=data["note"], params_hash=data["params_hash"],
+            override_reason=data.get("override_reason") or "",
+            amount_checked=data.get("amount_checked"),
         )
-    except review.ReviewError as error:
+    except services.ReviewError as error:
         return _after_action(request, pk, error=error, decision_form=form)
     _notify(request, "success", outcome.message)
     return _after_action(request, pk)
@@ -339,13 +380,13 @@ def approve(request: ReviewRequest, pk: int) -> HttpResponse:
         return _after_action(request, proposal.case_id, approval_form=form)
     data = form.cleaned_data
     try:
-        outcome = review.decision_approve(
+        outcome = services.decision_approve(
             decision_id=pk, user=request.user, reason_code=data["reason_code"],
             note=data["note"], params_hash=data["params_hash"],
         )
-    except review.ReviewError as error:
+    except services.ReviewError as error:
         return _after_action(request, proposal.case_id, error=error, approval_form=form)
-    _notify(request, "success", f"2 of 2 approvals. {outcome.message}")
+    _notify(request, "success", outcome.message)
     return _after_action(request, proposal.case_id)
 
 
@@ -356,9 +397,9 @@ def withdraw(request: ReviewRequest, pk: int) -> HttpResponse:
     form = WithdrawForm(request.POST)
     form.is_valid()
     try:
-        withdrawn = review.decision_withdraw(decision_id=pk, user=request.user,
+        withdrawn = services.decision_withdraw(decision_id=pk, user=request.user,
                                              note=form.cleaned_data.get("note", ""))
-    except review.ReviewError as error:
+    except services.ReviewError as error:
         return _after_action(request, proposal.case_id, error=error, withdraw_form=form)
     own = withdrawn.decided_by_id == request.user.pk
     _notify(request, "info", "You withdrew your proposal." if own else
@@ -372,12 +413,12 @@ def withdraw(request: ReviewRequest, pk: int) -> HttpResponse:
 @review_required
 def check_provider(request: ReviewRequest, pk: int) -> HttpResponse:
     try:
-        evidence = review.case_check_provider(case_id=pk, user=request.user)
+        evidence = services.case_check_provider(case_id=pk, user=request.user)
     except Case.DoesNotExist:
         raise Http404("No such case.") from None
-    except review.ReviewError as error:
+    except services.ReviewError as error:
         return _after_action(request, pk, error=error)
-    answer = review.CHECK_OUTCOMES.get(evidence.outcome, evidence.outcome.replace("_", " "))
+    answer = presentation.CHECK_OUTCOMES.get(evidence.outcome, evidence.outcome.replace("_", " "))
     resolved = Case.objects.filter(pk=pk, state=Case.State.RESOLVED).exists()
     _notify(request, "info", f"Checked the provider: {answer}. "
             + ("That proves the outcome: the case is resolved." if resolved
@@ -394,8 +435,8 @@ def add_note(request: ReviewRequest, pk: int) -> HttpResponse:
         _notify(request, "error", "The note is empty or too long.")
         return _after_action(request, pk, note_form=form)
     try:
-        review.case_add_note(case_id=pk, user=request.user, text=form.cleaned_data["text"])
-    except review.ReviewError as error:
+        services.case_add_note(case_id=pk, user=request.user, text=form.cleaned_data["text"])
+    except services.ReviewError as error:
         return _after_action(request, pk, error=error, note_form=form)
     _notify(request, "success", "Note added.")
     return _after_action(request, pk)

@@ -9,7 +9,9 @@ from typing import Any
 from django import template
 from django.utils import timezone
 
-from reconciliation import review
+from ledger.money import format_money
+from reconciliation.models import Case
+from reconciliation.review import presentation, services
 
 register = template.Library()
 
@@ -20,7 +22,7 @@ SOON = dt.timedelta(hours=1)
 def money(amount: int | None, currency: str = "") -> str:
     if amount is None:
         return "—"
-    return f"{amount / 100:,.2f} {currency}".strip()
+    return format_money(amount, currency)
 
 
 @register.filter
@@ -65,7 +67,7 @@ def pretty_json(value: Any) -> str:
 
 @register.filter
 def reason_label(code: str) -> str:
-    return review.review_reason_label(code or "")
+    return presentation.review_reason_label(code or "")
 
 
 @register.filter
@@ -75,7 +77,7 @@ def humanize_code(code: str) -> str:
 
 @register.simple_tag
 def claim_holder(case: Any, user: Any, now: dt.datetime | None = None) -> dict[str, Any]:
-    live = review.claim_is_live(case, now)
+    live = services.claim_is_live(case, now)
     return {
         "live": live,
         "mine": live and case.claimed_by_id == user.pk,
@@ -93,15 +95,35 @@ def utc(moment: dt.datetime | None) -> str:
 
 @register.filter
 def hm(moment: dt.datetime | None) -> str:
-    if moment is None:
-        return "—"
-    return timezone.localtime(moment).strftime("%H:%M UTC")
+    """A deadline with its date: "1 Dec 2026, 08:00 UTC"."""
+    return services.when(moment)
 
 
-_REASON_CODE_LABELS = {code: label for codes in review.REASON_CODES.values()
-                       for code, label in codes} | {review.OTHER_REASON[0]: review.OTHER_REASON[1]}
+_REASON_CODE_LABELS = {code: label for codes in services.REASON_CODES.values()
+                       for code, label in codes} | dict([services.OTHER_REASON])
 
 
 @register.filter
 def reason_code_label(code: str) -> str:
     return _REASON_CODE_LABELS.get(code, humanize_code(code))
+
+
+_RESOLUTIONS = {code: label[0].lower() + label[1:]
+                for code, label in Case.Resolution.choices}
+
+
+@register.filter
+def resolution_label(code: str) -> str:
+    """Case.resolution codes in words (unknown ones humanised)."""
+    return _RESOLUTIONS.get(code or "", humanize_code(code))
+
+
+@register.filter
+def action_phrase(action: str) -> str:
+    return services.action_phrase(action)
+
+
+@register.filter
+def four_eyes(case: Any) -> bool:
+    """Will a decision on this case need a second reviewer? (Known from the amount alone.)"""
+    return services.needs_four_eyes(case.operation)

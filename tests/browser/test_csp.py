@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import Page
 
 from ledger.models import AgentCredential, Operation
-from reconciliation import review
+from reconciliation.review import services
 from tests.browser.conftest import ConsoleLog
 from tests.ledger.factories import in_state
 from tests.review.factories import review_case
@@ -37,11 +37,11 @@ def test_no_csp_violation_on_any_page(
 ) -> None:
     case = review_case(agent, 1)
     proposed = review_case(agent, 2, amount=2_000_000)
-    review.case_claim(case_id=proposed.pk, user=second_reviewer)
-    review.case_decide(case_id=proposed.pk, user=second_reviewer, action="confirm",
+    services.case_claim(case_id=proposed.pk, user=second_reviewer)
+    services.case_decide(case_id=proposed.pk, user=second_reviewer, action="confirm",
                        reason_code="other", note="seen",
                        params_hash=proposed.operation.params_hash)
-    review.case_claim(case_id=case.pk, user=reviewer)
+    services.case_claim(case_id=case.pk, user=reviewer)
     base = live_server.url
     host = urlparse(base).netloc
     origins: set[str] = set()
@@ -52,6 +52,10 @@ def test_no_csp_violation_on_any_page(
         f"{base}/review/?tab=second&tool=refund",
         f"{base}/review/cases/{case.pk}/",
         f"{base}/review/cases/{proposed.pk}/",
+        f"{base}/ops/",
+        f"{base}/ops/?period=month",
+        f"{base}/ops/operations/?status=unknown",
+        f"{base}/ops/operations/{case.operation_id}/",
     ]
     for url in staff_urls:
         _visit(staff, url, origins)

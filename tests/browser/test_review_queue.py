@@ -46,7 +46,7 @@ def test_staff_claims_and_confirms_a_high_value_unknown_case(
 
     page.goto(f"{live_server.url}/review/")
     row = page.locator(f"#case-row-{case.pk}")
-    expect(row).to_contain_text("2,500.00 EUR")
+    expect(row).to_contain_text("€2,500.00")
     expect(row).to_contain_text("High value")
     expect(row).to_contain_text("Unclaimed")
     row.get_by_role("button", name=re.compile("Claim")).click()
@@ -59,7 +59,7 @@ def test_staff_claims_and_confirms_a_high_value_unknown_case(
     shot(page, "review-queue-claimed")
 
     row.get_by_role("link", name=f"Case {case.pk}").click()
-    expect(page.get_by_role("heading", level=1)).to_contain_text("2,500.00 EUR")
+    expect(page.get_by_role("heading", level=1)).to_contain_text("€2,500.00")
     expect(page.locator("#case-body")).to_contain_text("You hold this case")
     expect(page.locator("#case-body")).to_contain_text(operation.idempotency_key)
     page.get_by_label(re.compile("Confirm: it happened")).check()
@@ -67,8 +67,9 @@ def test_staff_claims_and_confirms_a_high_value_unknown_case(
     page.get_by_label("Note", exact=True).fill("Dashboard shows the refund for invoice-90.")
     page.get_by_role("button", name="Record decision").click()
 
-    expect(page.locator("#case-body")).to_contain_text("Resolved: staff confirmed")
-    expect(page.locator("#announcer")).to_contain_text("Confirmed: the operation is now succeeded")
+    expect(page.locator("#case-body")).to_contain_text("Resolved: confirmed by staff")
+    expect(page.locator("#announcer")).to_contain_text(
+        "the refund is confirmed and the operation is now succeeded.")
     shot(page, "review-case-confirmed")
 
     operation.refresh_from_db()
@@ -103,12 +104,11 @@ def test_four_eyes_needs_two_different_staff_members(
     expect(approvals).to_contain_text("1 of 2 approvals")
     expect(approvals).to_contain_text("proposed by reviewer-ann")
     expect(approvals).to_contain_text("you cannot approve it yourself")
-    # The same person cannot approve: even holding the claim again, no approval is offered.
-    ann.get_by_role("button", name="Claim this case").click()
-    expect(ann.locator("#case-body")).to_contain_text("You hold this case")
+    # The same person cannot approve, nor take the case back and keep approvers out: no
+    # approval and no claim is offered to them, only withdrawing their proposal.
     expect(ann.get_by_role("button", name=re.compile("^Approve"))).to_have_count(0)
-    ann.get_by_role("button", name="Release").click()
-    expect(ann.get_by_role("button", name="Claim this case")).to_be_visible()
+    expect(ann.get_by_role("button", name="Claim this case")).to_have_count(0)
+    expect(ann.get_by_role("button", name="Withdraw my proposal")).to_be_visible()
     assert Operation.objects.get(pk=case.operation_id).status == "unknown"
     shot(ann, "review-four-eyes-proposed")
 
@@ -119,9 +119,9 @@ def test_four_eyes_needs_two_different_staff_members(
     bob.get_by_role("button", name="Claim this case").click()
     bob.get_by_label("Your reason").select_option("provider_support_confirmed_absent")
     bob.get_by_label("Your note").fill("Provider support confirmed: no refund was made.")
-    bob.get_by_role("button", name="Approve: Reject: it did not happen").click()
+    bob.get_by_role("button", name="Approve the proposal to reject it (it did not happen)").click()
 
-    expect(bob.locator("#case-body")).to_contain_text("Resolved: staff rejected")
+    expect(bob.locator("#case-body")).to_contain_text("Resolved: rejected by staff")
     expect(bob.locator("#announcer")).to_contain_text("2 of 2 approvals")
     shot(bob, "review-four-eyes-approved")
 

@@ -34,26 +34,31 @@ def row_values(operation_id: str, **params: Any) -> dict[str, Any]:
 
 
 def prepared(agent: AgentCredential, operation_id: str = "wf-1:inv-1:refund-1:v1",
-             **params: Any) -> Operation:
-    operation, created = transitions.operation_record(agent=agent,
-                                                      values=row_values(operation_id, **params))
+             customer_ref: str = "", **params: Any) -> Operation:
+    values = row_values(operation_id, **params)
+    if customer_ref:
+        values["customer_ref"] = customer_ref
+    operation, created = transitions.operation_record(agent=agent, values=values)
     assert created
     return operation
 
 
 def in_flight(agent: AgentCredential, operation_id: str = "wf-1:inv-1:refund-1:v1",
-              lease_seconds: int = 60, **params: Any) -> tuple[Operation, int]:
-    claim = transitions.operation_claim(prepared(agent, operation_id, **params), worker="test",
+              lease_seconds: int = 60, customer_ref: str = "",
+              **params: Any) -> tuple[Operation, int]:
+    claim = transitions.operation_claim(prepared(agent, operation_id, customer_ref, **params),
+                                        worker="test",
                                         lease_seconds=lease_seconds)
     assert claim is not None
     return claim.operation, claim.fencing_token
 
 
 def in_state(agent: AgentCredential, status: str,
-             operation_id: str = "wf-1:inv-1:refund-1:v1") -> Operation:
+             operation_id: str = "wf-1:inv-1:refund-1:v1", customer_ref: str = "",
+             **params: Any) -> Operation:
     if status == S.PREPARED:
-        return prepared(agent, operation_id)
-    operation, token = in_flight(agent, operation_id)
+        return prepared(agent, operation_id, customer_ref, **params)
+    operation, token = in_flight(agent, operation_id, customer_ref=customer_ref, **params)
     if status == S.IN_FLIGHT:
         return operation
     if status == S.SUCCEEDED:

@@ -20,13 +20,15 @@ S = Operation.Status
 def test_beat_runs_both_sweeps_and_the_unsent_sweep_at_the_sweep_interval():
     schedule = settings.CELERY_BEAT_SCHEDULE
     by_task = {entry["task"]: entry for entry in schedule.values()}
-    assert set(by_task) == {"reconciliation.tasks.sweep_leases",
-                            "reconciliation.tasks.sweep_cases",
-                            "ledger.tasks.retry_unsent_operations"}
-    for entry in by_task.values():
+    sweeps = {"reconciliation.tasks.sweep_leases", "reconciliation.tasks.sweep_cases",
+              "ledger.tasks.retry_unsent_operations", "ledger.tasks.sweep_webhooks"}
+    # Plus the dashboard's counters, on their own interval (ops.rollup).
+    assert set(by_task) == sweeps | {"ops.tasks.rollup_stats"}
+    for entry in (by_task[name] for name in sweeps):
         assert entry["schedule"] == settings.LEDGER_SWEEP_INTERVAL_SECONDS
         assert entry["options"]["expires"] >= settings.LEDGER_SWEEP_INTERVAL_SECONDS
     import ledger.tasks  # noqa: F401  (the worker imports both through autodiscovery)
+    import ops.tasks  # noqa: F401
 
     assert set(by_task) <= set(celery_app.tasks)
     assert celery_app.conf.beat_schedule == schedule  # Celery reads it, no database scheduler

@@ -10,19 +10,19 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from reconciliation import review
 from reconciliation.models import Case, CaseEvent, Decision
+from reconciliation.review import services
 
 HX = {"HTTP_HX_REQUEST": "true"}
 
 
 def _claimed(case: Case, user: Any) -> None:
-    review.case_claim(case_id=case.pk, user=user)
+    services.case_claim(case_id=case.pk, user=user)
 
 
 def _proposal_by_bob(case: Case, bob: Any) -> Decision:
-    review.case_claim(case_id=case.pk, user=bob)
-    decision = review.case_decide(case_id=case.pk, user=bob, action="confirm",
+    services.case_claim(case_id=case.pk, user=bob)
+    decision = services.case_decide(case_id=case.pk, user=bob, action="confirm",
                                   reason_code="other", note="seen",
                                   params_hash=case.operation.params_hash).decision
     return decision

@@ -11,8 +11,8 @@ from django.test import Client
 from django.urls import reverse
 
 from ledger.models import Operation
-from reconciliation import review
 from reconciliation.models import Case, Decision
+from reconciliation.review import services
 
 
 @pytest.fixture
@@ -65,7 +65,7 @@ def test_confirm_from_the_admin_asks_for_a_reason_and_a_note_then_decides(
 def test_admin_decisions_respect_someone_elses_claim(
     admin_reviewer: Client, case: Case, second_reviewer: Any
 ) -> None:
-    review.case_claim(case_id=case.pk, user=second_reviewer)
+    services.case_claim(case_id=case.pk, user=second_reviewer)
 
     response = run(admin_reviewer, case, "decide_reject", post="yes",
                    reason_code="provider_has_no_record", note="nothing there",
@@ -80,8 +80,8 @@ def test_admin_decisions_respect_someone_elses_claim(
 
 def test_four_eyes_from_the_admin(admin_reviewer: Client, big_case: Case, reviewer: Any,
                                   second_reviewer: Any) -> None:
-    review.case_claim(case_id=big_case.pk, user=second_reviewer)
-    review.case_decide(case_id=big_case.pk, user=second_reviewer, action="confirm",
+    services.case_claim(case_id=big_case.pk, user=second_reviewer)
+    services.case_decide(case_id=big_case.pk, user=second_reviewer, action="confirm",
                        reason_code="other", note="seen", params_hash=big_case.operation.params_hash)
 
     page = run(admin_reviewer, big_case, "approve_pending")

@@ -10,8 +10,8 @@ from django.test import Client
 from django.urls import reverse
 
 from ledger.models import AgentCredential
-from reconciliation import review
 from reconciliation.models import Case, CaseEvent, Evidence
+from reconciliation.review import presentation, services
 from sandbox.testing import SandboxClient
 from tests.review.factories import review_case
 
@@ -48,7 +48,7 @@ def test_secret_params_are_redacted(ann: Client, case: Case, monkeypatch: pytest
     from ledger import tools
 
     secret_refund = replace(tools.get_tool("refund"), secret_fields=("payee",))
-    monkeypatch.setattr(review, "tool_of", lambda operation: secret_refund)
+    monkeypatch.setattr(presentation, "tool_of", lambda operation: secret_refund)
 
     html = page(ann, case)
 
@@ -127,8 +127,8 @@ def test_an_empty_note_is_refused(ann: Client, case: Case) -> None:
 
 
 def test_decision_notes_appear_with_the_notes(ann: Client, big_case: Case, reviewer: Any) -> None:
-    review.case_claim(case_id=big_case.pk, user=reviewer)
-    review.case_decide(case_id=big_case.pk, user=reviewer, action="confirm", reason_code="other",
+    services.case_claim(case_id=big_case.pk, user=reviewer)
+    services.case_decide(case_id=big_case.pk, user=reviewer, action="confirm", reason_code="other",
                        note="The dashboard shows re_991.",
                        params_hash=big_case.operation.params_hash)
 
@@ -141,7 +141,7 @@ def test_decision_notes_appear_with_the_notes(ann: Client, big_case: Case, revie
 def test_every_hx_element_on_the_case_page_degrades(ann: Client, agent: AgentCredential,
                                                     reviewer: Any) -> None:
     case = review_case(agent, 3)
-    review.case_claim(case_id=case.pk, user=reviewer)
+    services.case_claim(case_id=case.pk, user=reviewer)
 
     html = page(ann, case)
 

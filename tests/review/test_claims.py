@@ -14,9 +14,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from reconciliation import review
 from reconciliation import transitions as case_transitions
 from reconciliation.models import Case, CaseEvent
+from reconciliation.review import services
 from tests.conftest import requires_postgres
 
 HX = {"HTTP_HX_REQUEST": "true"}
@@ -45,7 +45,7 @@ def test_claim_from_the_case_page_without_js_redirects_back(
     case.refresh_from_db()
     assert case.claimed_by == reviewer
     left = case.claim_expires_at - timezone.now()
-    assert dt.timedelta(minutes=14) < left <= review.CLAIM_DURATION
+    assert dt.timedelta(minutes=14) < left <= services.CLAIM_DURATION
     event = case.events.get(reason="claimed")
     assert event.actor == "staff:reviewer-ann"
     assert event.from_state == event.to_state == "awaiting_review"
@@ -96,7 +96,7 @@ def test_next_must_stay_on_this_site(ann: Client, case: Case) -> None:
 def test_a_held_case_cannot_be_claimed_by_someone_else(
     htmx: bool, ann: Client, bob: Client, case: Case, reviewer: Any
 ) -> None:
-    review.case_claim(case_id=case.pk, user=reviewer)
+    services.case_claim(case_id=case.pk, user=reviewer)
     case.refresh_from_db()
     held_until = case.claim_expires_at
     events = CaseEvent.objects.count()
@@ -115,7 +115,7 @@ def test_a_held_case_cannot_be_claimed_by_someone_else(
 def test_conflict_from_a_queue_row_without_js_redirects_with_the_message(
     bob: Client, case: Case, reviewer: Any
 ) -> None:
-    review.case_claim(case_id=case.pk, user=reviewer)
+    services.case_claim(case_id=case.pk, user=reviewer)
 
     response = bob.post(claim_url(case), {"from": "queue", "next": "/review/"}, follow=True)
 
@@ -127,9 +127,9 @@ def test_conflict_from_a_queue_row_without_js_redirects_with_the_message(
 def test_an_expired_claim_can_be_taken_over(
     bob: Client, case: Case, reviewer: Any, second_reviewer: Any
 ) -> None:
-    review.case_claim(case_id=case.pk, user=reviewer)
+    services.case_claim(case_id=case.pk, user=reviewer)
 
-    with time_machine.travel(timezone.now() + review.CLAIM_DURATION + dt.timedelta(seconds=5)):
+    with time_machine.travel(timezone.now() + services.CLAIM_DURATION + dt.timedelta(seconds=5)):
         response = bob.post(claim_url(case))
 
     assert response.status_code == 302
@@ -142,16 +142,16 @@ def test_an_expired_claim_can_be_taken_over(
 def test_renewing_ones_own_claim_extends_it_without_a_new_event(
     case: Case, reviewer: Any
 ) -> None:
-    first = review.case_claim(case_id=case.pk, user=reviewer)
+    first = services.case_claim(case_id=case.pk, user=reviewer)
     with time_machine.travel(timezone.now() + dt.timedelta(minutes=5)):
-        renewed = review.case_claim(case_id=case.pk, user=reviewer)
+        renewed = services.case_claim(case_id=case.pk, user=reviewer)
 
     assert renewed.claim_expires_at > first.claim_expires_at
     assert claim_events(case) == ["claimed"]
 
 
 def test_release_frees_the_case(ann: Client, case: Case, reviewer: Any) -> None:
-    review.case_claim(case_id=case.pk, user=reviewer)
+    services.case_claim(case_id=case.pk, user=reviewer)
 
     response = ann.post(release_url(case), **HX)
 
@@ -165,7 +165,7 @@ def test_release_frees_the_case(ann: Client, case: Case, reviewer: Any) -> None:
 def test_nobody_can_release_someone_elses_claim(
     bob: Client, case: Case, reviewer: Any
 ) -> None:
-    review.case_claim(case_id=case.pk, user=reviewer)
+    services.case_claim(case_id=case.pk, user=reviewer)
 
     response = bob.post(release_url(case), **HX)
 
@@ -210,9 +210,9 @@ def test_two_reviewers_racing_for_a_claim_exactly_one_wins(
     def race(user: Any) -> None:
         try:
             barrier.wait()
-            review.case_claim(case_id=case.pk, user=user)
+            services.case_claim(case_id=case.pk, user=user)
             results[user.username] = "won"
-        except review.ClaimConflict:
+        except services.ClaimConflict:
             results[user.username] = "lost"
         finally:
             connection.close()

@@ -4,6 +4,7 @@ decision bound to the params hash it was made on; refusals write nothing."""
 from __future__ import annotations
 
 import datetime as dt
+import html
 from typing import Any
 
 import pytest
@@ -13,8 +14,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ledger.models import AgentCredential, Operation, OperationEvent
-from reconciliation import review
 from reconciliation.models import Case, CaseEvent, Decision, Evidence
+from reconciliation.review import services
 from sandbox.testing import SandboxClient
 from tests.review.factories import review_case
 
@@ -47,7 +48,7 @@ def snapshot() -> tuple[Any, ...]:
 
 @pytest.fixture
 def claimed(case: Case, reviewer: Any) -> Case:
-    review.case_claim(case_id=case.pk, user=reviewer)
+    services.case_claim(case_id=case.pk, user=reviewer)
     return case
 
 
@@ -61,8 +62,10 @@ def test_confirm_makes_the_operation_succeeded_and_resolves_the_case(
 
     if htmx:
         assert response.status_code == 200
-        assert "Confirmed: the operation is now succeeded" in response.content.decode()
-        assert "Resolved: staff confirmed" in response.content.decode()
+        assert (f"Case {claimed.pk} is resolved: the refund is confirmed and the operation "
+                "is now succeeded.") in response.content.decode()
+        assert "Resolved: confirmed by staff" in response.content.decode()
+        assert "Decided by <strong>reviewer-ann</strong>" in response.content.decode()
     else:
         assert response.status_code == 302
         assert response["Location"] == reverse("review:case", args=[claimed.pk])
@@ -130,7 +133,7 @@ def test_deciding_on_someone_elses_claim_names_the_holder(
 def test_an_expired_claim_does_not_let_one_decide(ann: Client, claimed: Case) -> None:
     before = snapshot()
 
-    with time_machine.travel(timezone.now() + review.CLAIM_DURATION + dt.timedelta(seconds=1)):
+    with time_machine.travel(timezone.now() + services.CLAIM_DURATION + dt.timedelta(seconds=1)):
         response = ann.post(decide_url(claimed), decision(claimed), **HX)
 
     assert response.status_code == 409
@@ -175,7 +178,7 @@ def test_a_decision_made_on_other_params_is_refused(ann: Client, claimed: Case) 
 
 
 def test_nobody_decides_a_resolved_case(ann: Client, claimed: Case, reviewer: Any) -> None:
-    review.case_decide(case_id=claimed.pk, user=reviewer, **{
+    services.case_decide(case_id=claimed.pk, user=reviewer, **{
         k: v for k, v in decision(claimed).items() if k != "params_hash"},
         params_hash=claimed.operation.params_hash)
     before = snapshot()
@@ -196,7 +199,7 @@ def test_resend_inside_retention_uses_the_same_key_once(
     response = ann.post(decide_url(claimed), decision(claimed, "resend"), **HX)
 
     assert response.status_code == 200
-    assert "Re-sent with the same key: the provider confirmed it" in response.content.decode()
+    assert "Re-sent with the same key, and the provider confirmed it" in response.content.decode()
     operation.refresh_from_db()
     assert operation.status == S.SUCCEEDED
     assert operation.fencing_token == 2  # the original attempt, then the re-send
@@ -216,7 +219,7 @@ def test_resend_is_not_offered_or_accepted_after_retention(
 ) -> None:
     later = timezone.now() + dt.timedelta(hours=23, minutes=30)
     with time_machine.travel(later):
-        review.case_claim(case_id=case.pk, user=reviewer)
+        services.case_claim(case_id=case.pk, user=reviewer)
         page = ann.get(reverse("review:case", args=[case.pk])).content.decode()
         before = snapshot()
         response = ann.post(decide_url(case), decision(case, "resend"), **HX)
@@ -232,10 +235,10 @@ def test_resend_service_refuses_outside_retention_even_without_the_form(
     case: Case, reviewer: Any
 ) -> None:
     with time_machine.travel(timezone.now() + dt.timedelta(days=2)):
-        review.case_claim(case_id=case.pk, user=reviewer)
+        services.case_claim(case_id=case.pk, user=reviewer)
         before = snapshot()
-        with pytest.raises(review.ResendNotAllowed):
-            review.case_decide(case_id=case.pk, user=reviewer, action="resend",
+        with pytest.raises(services.ResendNotAllowed):
+            services.case_decide(case_id=case.pk, user=reviewer, action="resend",
                                reason_code="safe_inside_retention", note="try again",
                                params_hash=case.operation.params_hash)
     assert snapshot() == before
@@ -262,7 +265,7 @@ def test_resend_is_never_offered_for_a_provider_without_keys(
                                               error_class="x", actor="t", reason="x")
     case = case_transitions.case_escalate(case=Case.objects.get(operation=operation),
                                           reason="no_strategy", actor="t")
-    review.case_claim(case_id=case.pk, user=reviewer)
+    services.case_claim(case_id=case.pk, user=reviewer)
 
     page = ann.get(reverse("review:case", args=[case.pk])).content.decode()
 
@@ -275,7 +278,7 @@ def test_resend_is_never_offered_for_a_provider_without_keys(
 def test_at_the_threshold_a_decision_waits_for_a_second_reviewer(
     ann: Client, big_case: Case, reviewer: Any
 ) -> None:
-    review.case_claim(case_id=big_case.pk, user=reviewer)
+    services.case_claim(case_id=big_case.pk, user=reviewer)
 
     response = ann.post(decide_url(big_case), decision(big_case), **HX)
 
@@ -294,8 +297,8 @@ def test_at_the_threshold_a_decision_waits_for_a_second_reviewer(
 
 
 def _proposed(case: Case, user: Any, action: str = "confirm") -> Decision:
-    review.case_claim(case_id=case.pk, user=user)
-    return review.case_decide(case_id=case.pk, user=user, action=action, reason_code="other",
+    services.case_claim(case_id=case.pk, user=user)
+    return services.case_decide(case_id=case.pk, user=user, action=action, reason_code="other",
                               note="Provider dashboard shows it.",
                               params_hash=case.operation.params_hash).decision
 
@@ -317,9 +320,9 @@ def test_a_second_reviewer_approves_and_the_decision_takes_effect(
     htmx: bool, bob: Client, big_case: Case, reviewer: Any, second_reviewer: Any
 ) -> None:
     proposal = _proposed(big_case, reviewer)
-    review.case_claim(case_id=big_case.pk, user=second_reviewer)
+    services.case_claim(case_id=big_case.pk, user=second_reviewer)
     page = bob.get(reverse("review:case", args=[big_case.pk])).content.decode()
-    assert "1 of 2 approvals" in page and "Approve: Confirm: it happened" in page
+    assert "1 of 2 approvals" in page and "Approve the proposal to confirm it happened" in page
 
     response = bob.post(approve_url(proposal), approval(big_case), **(HX if htmx else {}))
 
@@ -334,6 +337,13 @@ def test_a_second_reviewer_approves_and_the_decision_takes_effect(
     assert event.data["decided_by"] == ["reviewer-ann", "reviewer-bob"]
     assert Case.objects.get(pk=big_case.pk).state == Case.State.RESOLVED
     assert big_case.events.filter(reason="decision_approved").count() == 1
+    # The confirmation reads as a sentence, and the resolved banner names both reviewers.
+    told = html.unescape(response.content.decode() if htmx
+                         else bob.get(response["Location"]).content.decode())
+    assert (f"You approved reviewer-ann's proposal (2 of 2 approvals). Case {big_case.pk} is "
+            "resolved: the refund is confirmed and the operation is now succeeded.") in told
+    assert ("Proposed by <strong>reviewer-ann</strong> and approved by "
+            "<strong>reviewer-bob</strong>") in told
 
 
 @pytest.mark.parametrize("htmx", [False, True], ids=["plain", "htmx"])
@@ -341,7 +351,6 @@ def test_the_proposer_cannot_approve_their_own_decision(
     htmx: bool, ann: Client, big_case: Case, reviewer: Any
 ) -> None:
     proposal = _proposed(big_case, reviewer)
-    review.case_claim(case_id=big_case.pk, user=reviewer)
     before = snapshot()
 
     response = ann.post(approve_url(proposal), approval(big_case), **(HX if htmx else {}))
@@ -353,18 +362,18 @@ def test_the_proposer_cannot_approve_their_own_decision(
 
 def test_nobody_approves_twice(big_case: Case, reviewer: Any, second_reviewer: Any) -> None:
     proposal = _proposed(big_case, reviewer)
-    review.case_claim(case_id=big_case.pk, user=second_reviewer)
-    review.decision_withdraw(decision_id=proposal.pk, user=second_reviewer,
+    services.case_claim(case_id=big_case.pk, user=second_reviewer)
+    services.decision_withdraw(decision_id=proposal.pk, user=second_reviewer,
                              note="not convinced")
-    review.case_release(case_id=big_case.pk, user=second_reviewer)
+    services.case_release(case_id=big_case.pk, user=second_reviewer)
     again = _proposed(big_case, reviewer)
-    review.case_claim(case_id=big_case.pk, user=second_reviewer)
-    review.decision_approve(decision_id=again.pk, user=second_reviewer, reason_code="other",
+    services.case_claim(case_id=big_case.pk, user=second_reviewer)
+    services.decision_approve(decision_id=again.pk, user=second_reviewer, reason_code="other",
                             note="ok now", params_hash=big_case.operation.params_hash)
     before = snapshot()
 
-    with pytest.raises(review.DecisionNotPending):
-        review.decision_approve(decision_id=again.pk, user=second_reviewer, reason_code="other",
+    with pytest.raises(services.DecisionNotPending):
+        services.decision_approve(decision_id=again.pk, user=second_reviewer, reason_code="other",
                                 note="again", params_hash=big_case.operation.params_hash)
     assert snapshot() == before
 
@@ -384,7 +393,7 @@ def test_approval_is_bound_to_the_params_hash(
     bob: Client, big_case: Case, reviewer: Any, second_reviewer: Any
 ) -> None:
     proposal = _proposed(big_case, reviewer)
-    review.case_claim(case_id=big_case.pk, user=second_reviewer)
+    services.case_claim(case_id=big_case.pk, user=second_reviewer)
     before = snapshot()
 
     response = bob.post(approve_url(proposal),
@@ -398,7 +407,7 @@ def test_approval_needs_its_own_reason_and_note(
     bob: Client, big_case: Case, reviewer: Any, second_reviewer: Any
 ) -> None:
     proposal = _proposed(big_case, reviewer)
-    review.case_claim(case_id=big_case.pk, user=second_reviewer)
+    services.case_claim(case_id=big_case.pk, user=second_reviewer)
     before = snapshot()
 
     response = bob.post(approve_url(proposal), approval(big_case, note=""), **HX)
@@ -411,7 +420,7 @@ def test_a_second_proposal_waits_for_the_first(
     bob: Client, big_case: Case, reviewer: Any, second_reviewer: Any
 ) -> None:
     _proposed(big_case, reviewer)
-    review.case_claim(case_id=big_case.pk, user=second_reviewer)
+    services.case_claim(case_id=big_case.pk, user=second_reviewer)
     before = snapshot()
 
     response = bob.post(decide_url(big_case), decision(big_case, "reject"), **HX)
@@ -421,9 +430,10 @@ def test_a_second_proposal_waits_for_the_first(
     assert snapshot() == before
 
 
-def test_the_proposer_can_withdraw(ann: Client, big_case: Case, reviewer: Any) -> None:
+def test_the_proposer_can_withdraw_without_claiming_the_case(
+    ann: Client, big_case: Case, reviewer: Any
+) -> None:
     proposal = _proposed(big_case, reviewer)
-    review.case_claim(case_id=big_case.pk, user=reviewer)
 
     response = ann.post(reverse("review:withdraw", args=[proposal.pk]), **HX)
 
@@ -439,7 +449,7 @@ def test_a_second_reviewer_declines_with_a_reason(
     bob: Client, big_case: Case, reviewer: Any, second_reviewer: Any
 ) -> None:
     proposal = _proposed(big_case, reviewer)
-    review.case_claim(case_id=big_case.pk, user=second_reviewer)
+    services.case_claim(case_id=big_case.pk, user=second_reviewer)
     url = reverse("review:withdraw", args=[proposal.pk])
     before = snapshot()
 
@@ -469,9 +479,9 @@ def test_below_the_threshold_one_decision_is_enough(
     agent: AgentCredential, reviewer: Any
 ) -> None:
     case = review_case(agent, 5, amount=999_999)  # one cent under four-eyes
-    review.case_claim(case_id=case.pk, user=reviewer)
+    services.case_claim(case_id=case.pk, user=reviewer)
 
-    outcome = review.case_decide(case_id=case.pk, user=reviewer, action="confirm",
+    outcome = services.case_decide(case_id=case.pk, user=reviewer, action="confirm",
                                  reason_code="other", note="seen",
                                  params_hash=case.operation.params_hash)
 
@@ -482,16 +492,16 @@ def test_the_same_reviewer_may_decide_again_after_a_resend_that_stayed_unknown(
     ann: Client, agent: AgentCredential, reviewer: Any, sandbox: SandboxClient
 ) -> None:
     case = review_case(agent, 6, memo="sandbox:timeout")
-    review.case_claim(case_id=case.pk, user=reviewer)
+    services.case_claim(case_id=case.pk, user=reviewer)
 
-    first = review.case_decide(case_id=case.pk, user=reviewer, action="resend",
+    first = services.case_decide(case_id=case.pk, user=reviewer, action="resend",
                                reason_code="safe_inside_retention", note="replay it",
                                params_hash=case.operation.params_hash)
     assert first.operation.status == S.UNKNOWN
     assert "still unknown" in first.message
-    review.case_claim(case_id=case.pk, user=reviewer)
+    services.case_claim(case_id=case.pk, user=reviewer)
 
-    second = review.case_decide(case_id=case.pk, user=reviewer, action="confirm",
+    second = services.case_decide(case_id=case.pk, user=reviewer, action="confirm",
                                 reason_code="other", note="the provider's dashboard shows it",
                                 params_hash=case.operation.params_hash)
 

@@ -40,10 +40,10 @@ def _actions(case: Case, decision: Decision) -> list[tuple[str, dict[str, str]]]
 @pytest.fixture
 def proposal(big_case: Case, second_reviewer: Any) -> Decision:
     """A four-eyes proposal by Bob, so approve/withdraw URLs exist."""
-    from reconciliation import review
+    from reconciliation.review import services
 
-    review.case_claim(case_id=big_case.pk, user=second_reviewer)
-    outcome = review.case_decide(
+    services.case_claim(case_id=big_case.pk, user=second_reviewer)
+    outcome = services.case_decide(
         case_id=big_case.pk, user=second_reviewer, action="confirm", reason_code="other",
         note="seen on the provider dashboard", params_hash=big_case.operation.params_hash)
     return outcome.decision

@@ -14,9 +14,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ledger.models import AgentCredential
-from reconciliation import review
 from reconciliation import transitions as case_transitions
 from reconciliation.models import Case
+from reconciliation.review import selectors, services
 from tests.review.factories import checking_case, review_case
 
 HX = {"HTTP_HX_REQUEST": "true"}
@@ -34,7 +34,7 @@ def test_a_row_shows_what_a_reviewer_needs(ann: Client, agent: AgentCredential) 
 
     row = html[html.index(f'id="case-row-{case.pk}"'):]
     row = row[: row.index("</tr>")]
-    for expected in ("1,234.56 EUR", "refund", "sandbox", "agent-1", "invoice-7",
+    for expected in ("€1,234.56", "refund", "sandbox", "agent-1", "invoice-7",
                      "High value", "Unclaimed", "left", "Claim"):
         assert expected in row, expected
 
@@ -70,10 +70,10 @@ def test_tabs(ann: Client, bob: Client, agent: AgentCredential, reviewer: Any,
     bobs = review_case(agent, 2)
     free = review_case(agent, 3)
     four_eyes = review_case(agent, 4, amount=2_000_000)
-    review.case_claim(case_id=mine.pk, user=reviewer)
-    review.case_claim(case_id=bobs.pk, user=second_reviewer)
-    review.case_claim(case_id=four_eyes.pk, user=second_reviewer)
-    review.case_decide(case_id=four_eyes.pk, user=second_reviewer, action="reject",
+    services.case_claim(case_id=mine.pk, user=reviewer)
+    services.case_claim(case_id=bobs.pk, user=second_reviewer)
+    services.case_claim(case_id=four_eyes.pk, user=second_reviewer)
+    services.case_decide(case_id=four_eyes.pk, user=second_reviewer, action="reject",
                        reason_code="other", note="no trace at the provider",
                        params_hash=four_eyes.operation.params_hash)
     with time_machine.travel(timezone.now() - dt.timedelta(hours=3, minutes=30)):
@@ -93,8 +93,8 @@ def test_tabs(ann: Client, bob: Client, agent: AgentCredential, reviewer: Any,
 def test_expired_claims_count_as_unclaimed(ann: Client, agent: AgentCredential,
                                            second_reviewer: Any) -> None:
     case = review_case(agent, 1)
-    review.case_claim(case_id=case.pk, user=second_reviewer,
-                      now=timezone.now() - review.CLAIM_DURATION - dt.timedelta(seconds=1))
+    services.case_claim(case_id=case.pk, user=second_reviewer,
+                      now=timezone.now() - services.CLAIM_DURATION - dt.timedelta(seconds=1))
 
     assert row_ids(ann.get(QUEUE, {"tab": "unclaimed"}).content.decode()) == [case.pk]
 
@@ -106,13 +106,15 @@ def test_filters_narrow_the_list_and_stay_in_the_links(
     big = review_case(agent, 2, amount=50_000)
     anomaly = review_case(agent, 3, amount=60_000, reason="anomaly")
 
-    response = ann.get(QUEUE, {"tab": "all", "min_value": "100", "reason": "high_value"})
+    response = ann.get(QUEUE, {"tab": "all", "currency": "EUR", "min_value": "100",
+                               "reason": "high_value"})
 
     html = response.content.decode()
     assert row_ids(html) == [big.pk]
     assert small.pk not in row_ids(html) and anomaly.pk not in row_ids(html)
     # The tab links carry the filters, so switching tabs keeps them.
-    assert 'href="/review/?tab=mine&amp;reason=high_value&amp;min_value=100"' in html
+    assert ('href="/review/?tab=mine&amp;reason=high_value&amp;currency=EUR&amp;min_value=100"'
+            in html)
 
 
 @pytest.mark.parametrize(
@@ -121,10 +123,12 @@ def test_filters_narrow_the_list_and_stay_in_the_links(
         ({"tool": "refund"}, {1, 2}),
         ({"tool": "send_email"}, set()),
         ({"provider": "sandbox"}, {1, 2}),
-        ({"max_value": "10.00"}, {1}),
-        ({"min_value": "10.01"}, {2}),
+        ({"currency": "EUR", "max_value": "10.00"}, {1}),
+        ({"currency": "EUR", "min_value": "10.01"}, {2}),
+        ({"currency": "JPY"}, set()),
         ({"age": "1h"}, {2}),
-        ({"min_value": "not a number"}, {1, 2}),  # a bad value is ignored, not an error
+        ({"currency": "EUR", "min_value": "not a number"}, {1, 2}),  # ignored, not an error
+        ({"min_value": "10.01"}, {1, 2}),  # an amount means nothing without its currency
     ],
 )
 def test_each_filter(ann: Client, agent: AgentCredential, params: dict[str, str],
@@ -146,7 +150,7 @@ def test_htmx_tab_switch_answers_with_the_results_partial(
     response = ann.get(QUEUE, {"tab": "unclaimed"}, HTTP_HX_TARGET="queue-results", **HX)
 
     html = response.content.decode()
-    assert html.lstrip().startswith('<div id="queue-results">')
+    assert html.lstrip().startswith('<div id="queue-results" tabindex="-1">')
     assert "<html" not in html and 'id="queue-filters"' not in html
     assert row_ids(html) == [case.pk]
     assert response["Vary"].count("HX-Request") == 1
@@ -154,7 +158,7 @@ def test_htmx_tab_switch_answers_with_the_results_partial(
 
 def test_every_hx_get_link_has_an_href(ann: Client, agent: AgentCredential,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(review, "PAGE_SIZE", 1)
+    monkeypatch.setattr(selectors, "PAGE_SIZE", 1)
     review_case(agent, 1)
     review_case(agent, 2)
 
@@ -168,7 +172,7 @@ def test_every_hx_get_link_has_an_href(ann: Client, agent: AgentCredential,
 
 def test_keyset_pages_walk_forward_and_back(ann: Client, agent: AgentCredential,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(review, "PAGE_SIZE", 2)
+    monkeypatch.setattr(selectors, "PAGE_SIZE", 2)
     start = timezone.now()
     cases = []
     for number in range(1, 6):
@@ -196,13 +200,13 @@ def test_keyset_handles_equal_deadlines_and_missing_values(agent: AgentCredentia
     with time_machine.travel(frozen, tick=False):
         cases = [review_case(agent, n, amount=amount)
                  for n, amount in enumerate([300, 300, 900, 100], start=1)]
-    queryset = review.case_queue(user=reviewer, tab="all", filters=review.QueueFilters())
-    everything = [c.pk for c in review.case_queue_page(queryset, size=10).cases]
+    queryset = selectors.case_queue(user=reviewer, tab="all", filters=selectors.QueueFilters())
+    everything = [c.pk for c in selectors.case_queue_page(queryset, size=10).cases]
 
     walked: list[int] = []
     after = None
     while True:
-        page = review.case_queue_page(queryset, after=after, size=1)
+        page = selectors.case_queue_page(queryset, after=after, size=1)
         walked += [c.pk for c in page.cases]
         if page.next_after is None:
             break
@@ -216,7 +220,7 @@ def test_page_cost_does_not_grow_with_depth(
     ann: Client, agent: AgentCredential, monkeypatch: pytest.MonkeyPatch,
     django_assert_max_num_queries: Any,
 ) -> None:
-    monkeypatch.setattr(review, "PAGE_SIZE", 2)
+    monkeypatch.setattr(selectors, "PAGE_SIZE", 2)
     cases = [review_case(agent, n) for n in range(1, 8)]
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
@@ -232,7 +236,7 @@ def test_page_cost_does_not_grow_with_depth(
 
 def test_tab_counts_are_bounded(ann: Client, agent: AgentCredential,
                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(review, "COUNT_BOUND", 2)
+    monkeypatch.setattr(selectors, "COUNT_BOUND", 2)
     for number in range(1, 4):
         review_case(agent, number)
 
@@ -274,3 +278,39 @@ def test_resolved_cases_leave_the_queue(ann: Client, case: Case) -> None:
     case_transitions.case_resolve(case=case, outcome="failed", actor="test", reason="test")
 
     assert row_ids(ann.get(QUEUE).content.decode()) == []
+
+
+@pytest.mark.parametrize(("currency", "typed", "amount", "matches"), [
+    ("JPY", "2,500", 2500, True),  # zero decimals: 2,500 yen is 2,500 minor units
+    ("JPY", "2,501", 2500, False),
+    ("KWD", "2.5", 2500, True),  # three decimals: 2.500 dinars
+    ("KWD", "2.501", 2500, False),
+    ("EUR", "25", 2500, True),
+])
+def test_value_filters_read_amounts_with_the_currency_exponent(
+    ann: Client, agent: AgentCredential, currency: str, typed: str, amount: int,
+    matches: bool,
+) -> None:
+    case = review_case(agent, 1, amount=amount, currency=currency)
+    review_case(agent, 2, amount=amount, currency="USD" if currency != "USD" else "EUR")
+
+    response = ann.get(QUEUE, {"currency": currency, "min_value": typed})
+
+    assert row_ids(response.content.decode()) == ([case.pk] if matches else [])
+
+
+def test_value_filter_with_too_many_decimals_says_why(ann: Client, case: Case) -> None:
+    response = ann.get(QUEUE, {"currency": "JPY", "min_value": "2.5"})
+
+    assert "JPY amounts have no decimals." in response.content.decode()
+
+
+def test_queue_rows_show_amounts_in_their_currency(ann: Client, agent: AgentCredential) -> None:
+    review_case(agent, 1, amount=2500, currency="JPY")
+    review_case(agent, 2, amount=2500, currency="KWD")
+    review_case(agent, 3, amount=2500, currency="EUR")
+
+    html = ann.get(QUEUE).content.decode()
+
+    assert "¥2,500" in html and "2.500\xa0KWD" in html and "€25.00" in html
+    assert "25.00 JPY" not in html and "25.00 KWD" not in html

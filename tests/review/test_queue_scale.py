@@ -16,8 +16,8 @@ from django.utils import timezone
 
 from ledger.canonical import params_hash
 from ledger.models import AgentCredential, Operation
-from reconciliation import review
 from reconciliation.models import Case
+from reconciliation.review import selectors
 from tests.conftest import requires_postgres
 
 OPEN_CASES = 100_000
@@ -62,9 +62,9 @@ def test_queue_pages_stay_fast_with_100k_open_cases(
     ann: Client, agent: AgentCredential, reviewer: Any
 ) -> None:
     seed_open_cases(agent, OPEN_CASES)
-    queryset = review.case_queue(user=reviewer, tab="all", filters=review.QueueFilters())
-    first_page = review.case_queue_page(queryset)
-    assert len(first_page.cases) == review.PAGE_SIZE
+    queryset = selectors.case_queue(user=reviewer, tab="all", filters=selectors.QueueFilters())
+    first_page = selectors.case_queue_page(queryset)
+    assert len(first_page.cases) == selectors.PAGE_SIZE
     deep_anchor = Case.objects.order_by("review_deadline_at", "-value_amount", "pk").values_list(
         "pk", flat=True)[80_000]
 
@@ -83,9 +83,9 @@ def test_queue_pages_stay_fast_with_100k_open_cases(
     # Wall-clock figures are bench/queue_scale.py's job; here, the shape of every query.
     # Both the first page and a deep one are read straight off the partial index, the deep
     # one starting at its anchor (an index condition, not a filter over 80,000 rows).
-    first_plan = review._ordered(queryset)[: review.PAGE_SIZE].explain()
+    first_plan = selectors._ordered(queryset)[: selectors.PAGE_SIZE].explain()
     assert "case_review_idx" in first_plan, first_plan
     anchor = Case.objects.get(pk=deep_anchor)
-    deep_plan = review._ordered(queryset.filter(review._after(anchor)))[:51].explain()
+    deep_plan = selectors._ordered(queryset.filter(selectors._after(anchor)))[:51].explain()
     assert "case_review_idx" in deep_plan, deep_plan
     assert "Index Cond: (review_deadline_at >=" in deep_plan, deep_plan

@@ -1,4 +1,4 @@
-"""The operators' review queue: claims, decisions, approvals, notes, and the queue's selectors.
+"""The review queue's writes: claims, decisions, approvals, withdrawals, notes, staff lookups.
 
 Every write here is a keyword-only service that locks (or conditionally updates) the case row,
 re-checks its guards, writes narrowly and appends a CaseEvent in the same transaction. Case
@@ -22,18 +22,18 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef, Prefetch, Q, QuerySet
+from django.db.models import Q
 from django.utils import timezone
 
 from ledger import transitions as ledger_transitions
-from ledger.models import Operation, OperationEvent
+from ledger.models import Operation
 from ledger.providers.base import Capabilities
-from ledger.tools import Tool, UnknownTool, adapter_of, latest_tools, tool_names, tool_of
+from ledger.tools import UnknownTool, adapter_of, tool_of
 from reconciliation import reconciler, services, transitions
 from reconciliation.models import Case, CaseEvent, Decision, Evidence
 
@@ -49,22 +49,7 @@ Action = Decision.Action
 DecisionStatus = Decision.Status
 
 CLAIM_DURATION = dt.timedelta(minutes=15)
-BREACHING_WINDOW = dt.timedelta(hours=1)
-PAGE_SIZE = 50
-# Tab badges count at most this many rows: a COUNT(*) over 100,000 open cases on every page
-# view would cost more than the page itself.
-COUNT_BOUND = 1000
 
-# Labels for reconciliation.transitions.REVIEW_REASONS (unknown codes are shown humanised).
-REVIEW_REASONS: dict[str, str] = {
-    "high_value": "High value",
-    "anomaly": "Provider record differs",
-    "key_retention_passed": "Key retention passed",
-    "deadline_passed": "Deadline passed",
-    "not_found_not_authoritative": "Absent, not authoritative",
-    "no_strategy": "No way to check",
-    "manual": "Escalated by staff",
-}
 
 REASON_CODES: dict[str, tuple[tuple[str, str], ...]] = {
     Action.CONFIRM: (
@@ -90,9 +75,6 @@ OTHER_REASON = ("other", "Other (explain in the note)")
 def reason_choices(action: str) -> tuple[tuple[str, str], ...]:
     return (*REASON_CODES.get(action, ()), OTHER_REASON)
 
-
-def review_reason_label(code: str) -> str:
-    return REVIEW_REASONS.get(code, code.replace("_", " ").capitalize() or "Escalated")
 
 
 def staff_actor(user: User) -> str:
@@ -136,11 +118,22 @@ class SameReviewer(ReviewError):
     pass
 
 
+class OwnProposalPending(ReviewError):
+    pass
+
+
 class DecisionNotPending(ReviewError):
     pass
 
 
 class InvalidDecision(ReviewError):
+    status_code = 422
+
+
+class EvidenceContradicted(ReviewError):
+    """A decision against the latest definitive evidence, not marked as an override (or an
+    approval of a proposal that newer evidence contradicts)."""
+
     status_code = 422
 
 
@@ -156,7 +149,15 @@ def holds_claim(case: Case, user: User, now: dt.datetime | None = None) -> bool:
 
 
 def _when(moment: dt.datetime | None) -> str:
-    return timezone.localtime(moment).strftime("%H:%M %Z") if moment else "—"
+    """"1 Dec 2026, 08:00 UTC": every deadline a reviewer reads carries its date."""
+    return when(moment)
+
+
+def when(moment: dt.datetime | None) -> str:
+    if moment is None:
+        return "—"
+    local = timezone.localtime(moment)
+    return f"{local.day} {local:%b %Y, %H:%M} {local.tzname()}"
 
 
 def _held_elsewhere(case: Case) -> ClaimConflict:
@@ -176,14 +177,22 @@ def case_claim(*, case_id: int, user: User, now: dt.datetime | None = None) -> C
     now = now or timezone.now()
     with transaction.atomic():
         before = Case.objects.select_related("claimed_by").get(pk=case_id)
+        proposer_id = (Decision.objects.filter(case_id=case_id,
+                                               status=DecisionStatus.AWAITING_SECOND)
+                       .values_list("decided_by_id", flat=True).first())
+        if proposer_id == user.pk and before.state == State.AWAITING_REVIEW:
+            raise OwnProposalPending(
+                "Your proposal on this case is waiting for a second, different reviewer, so "
+                "you cannot hold the case: that would keep approvers out. You can withdraw "
+                "your proposal without claiming it. Nothing was changed.")
+        free = (Q(claimed_by__isnull=True) | Q(claim_expires_at__isnull=True)
+                | Q(claim_expires_at__lte=now) | Q(claimed_by=user))
+        if proposer_id is not None:
+            # A proposer never locks approvers out, whatever claim they still hold.
+            free |= Q(claimed_by_id=proposer_id)
         touched = (
             Case.objects.filter(pk=case_id, state=State.AWAITING_REVIEW)
-            .filter(
-                Q(claimed_by__isnull=True)
-                | Q(claim_expires_at__isnull=True)
-                | Q(claim_expires_at__lte=now)
-                | Q(claimed_by=user)
-            )
+            .filter(free)
             .update(claimed_by=user, claim_expires_at=now + CLAIM_DURATION, updated_at=now)
         )
         case = Case.objects.select_related("claimed_by", "operation").get(pk=case_id)
@@ -288,14 +297,63 @@ def needs_four_eyes(operation: Operation) -> bool:
     return tool.needs_four_eyes(operation.value_amount, operation.value_currency)
 
 
-def four_eyes_threshold_display(operation: Operation) -> str:
-    try:
-        threshold = tool_of(operation).four_eyes_thresholds.get(operation.value_currency)
-    except UnknownTool:
-        return ""
-    if threshold is None:
-        return ""
-    return f"{threshold / 100:,.2f} {operation.value_currency}".strip()
+@dataclass(frozen=True)
+class DefinitiveEvidence:
+    """The newest answer from the provider that proves one way: a lookup that found a
+    matching effect or a same-key re-send the provider confirmed (supports confirm), an
+    authoritative "not found" after the consistency window or a definitive rejection of the
+    re-send (supports reject)."""
+
+    evidence: Evidence
+    supports: str  # Action.CONFIRM or Action.REJECT
+
+
+def _supports(evidence: Evidence) -> str | None:
+    response = evidence.response if isinstance(evidence.response, dict) else {}
+    if evidence.outcome == "found_match":
+        return Action.CONFIRM
+    if evidence.outcome == "not_found" and response.get("absence_is_proof") is True:
+        return Action.REJECT
+    if evidence.kind == "resend" and evidence.outcome == "confirmed":
+        return Action.CONFIRM
+    if evidence.kind == "resend" and evidence.outcome == "rejected":
+        return Action.REJECT
+    return None
+
+
+def latest_definitive_evidence(case: Case) -> DefinitiveEvidence | None:
+    for evidence in case.evidence.order_by("-created_at", "-id"):
+        supports = _supports(evidence)
+        if supports is not None:
+            return DefinitiveEvidence(evidence=evidence, supports=supports)
+    return None
+
+
+def contradicted_by(action: str, definitive: DefinitiveEvidence | None) -> bool:
+    """Confirm or reject against what the provider proved (a re-send contradicts nothing: the
+    provider deduplicates it)."""
+    return (definitive is not None and action in (Action.CONFIRM, Action.REJECT)
+            and action != definitive.supports)
+
+
+def _evidence_data(evidence: Evidence) -> dict[str, Any]:
+    return {"id": evidence.pk, "kind": evidence.kind, "outcome": evidence.outcome,
+            "at": evidence.created_at.isoformat()}
+
+
+def _contradiction_message(action: str, definitive: DefinitiveEvidence) -> str:
+    evidence = definitive.evidence
+    at = _when(evidence.created_at)
+    if definitive.supports == Action.CONFIRM:
+        proof = f"the provider's answer at {at} shows the action happened ({evidence.outcome})"
+    else:
+        proof = (f"the provider's answer at {at} proves it did not happen "
+                 f"({evidence.outcome.replace('_', ' ')}, after the consistency window)")
+    verb = "Confirming" if action == Action.CONFIRM else "Rejecting"
+    return (f"{verb} contradicts the evidence: {proof}. To decide against it, mark the "
+            "decision as an override and write why; a second, different reviewer must then "
+            "approve it. Nothing was changed.")
+
 
 
 def _locked_case(case_id: int) -> Case:
@@ -312,7 +370,7 @@ def _locked_case(case_id: int) -> Case:
 
 def _validate_decision(
     case: Case, *, user: User, action: str, reason_code: str, note: str,
-    params_hash: str, now: dt.datetime,
+    params_hash: str, now: dt.datetime, amount_checked: int | None = None,
 ) -> None:
     if case.state != State.AWAITING_REVIEW:
         raise CaseClosed(_closed_message(case))
@@ -327,6 +385,11 @@ def _validate_decision(
         raise ParamsChanged(
             "The operation's parameters are not the ones this decision was made on. "
             "Nothing was changed; reload the case and review it again."
+        )
+    if amount_checked is not None and amount_checked != case.operation.value_amount:
+        raise InvalidDecision(
+            "The amount you checked is not the intent's amount: decide on the right record. "
+            "Nothing was changed."
         )
     if action == Action.RESEND and not resend_allowed(case.operation, now):
         raise ResendNotAllowed(
@@ -348,23 +411,36 @@ def _create_decision(**values: Any) -> Decision:
 
 def case_decide(
     *, case_id: int, user: User, action: str, reason_code: str, note: str,
-    params_hash: str, now: dt.datetime | None = None,
+    params_hash: str, override_reason: str = "", amount_checked: int | None = None,
+    now: dt.datetime | None = None,
 ) -> DecisionOutcome:
-    """Record a reviewer's decision; apply it now, or hold it for a second approval."""
+    """Record a reviewer's decision; apply it now, or hold it for a second approval.
+
+    A decision against the latest definitive evidence needs `override_reason` (the reviewer
+    marked it as an override and wrote why) and then always a second, different reviewer,
+    whatever the amount.
+    """
     now = now or timezone.now()
     with transaction.atomic():
         case = _locked_case(case_id)
         _validate_decision(case, user=user, action=action, reason_code=reason_code, note=note,
-                           params_hash=params_hash, now=now)
+                           params_hash=params_hash, now=now, amount_checked=amount_checked)
+        definitive = latest_definitive_evidence(case)
+        override = contradicted_by(action, definitive)
+        if override and not override_reason.strip():
+            assert definitive is not None
+            raise EvidenceContradicted(_contradiction_message(action, definitive))
         if case.decisions.filter(status=DecisionStatus.AWAITING_SECOND).exists():
             raise ReviewError(
                 "A decision on this case is already waiting for a second approval: approve or "
                 "decline it first. Nothing was changed."
             )
-        four_eyes = needs_four_eyes(case.operation)
+        four_eyes = override or needs_four_eyes(case.operation)
         decision = _create_decision(
             case=case, action=action, reason_code=reason_code, note=note.strip(),
-            params_hash=params_hash, decided_by=user,
+            params_hash=params_hash, decided_by=user, amount_checked=amount_checked,
+            override_reason=override_reason.strip()[:4000] if override else "",
+            overrides_evidence=definitive.evidence if override and definitive else None,
             status=DecisionStatus.AWAITING_SECOND if four_eyes else DecisionStatus.APPLIED,
         )
         _case_event(case, actor=staff_actor(user),
@@ -373,10 +449,13 @@ def case_decide(
         if four_eyes:
             # The proposer steps back so a second reviewer can claim the case and approve.
             _drop_claim(case, now)
+            why = ("it overrides the provider's evidence" if override
+                   else "the amount is at or above the four-eyes threshold")
             return DecisionOutcome(
                 case=case, decision=decision, applied=False, operation=case.operation,
-                message=(f"{Action(action).label} recorded: 1 of 2 approvals. A second, "
-                         "different reviewer must approve it before it takes effect."),
+                message=(f"Your proposal to {action_phrase(action)} is recorded (1 of 2 "
+                         f"approvals). Because {why}, it takes effect only when a second, "
+                         "different reviewer approves it."),
             )
         if action != Action.RESEND:
             operation = _apply_resolution(case, decisions=[decision], user=user)
@@ -407,6 +486,13 @@ def decision_approve(
         if params_hash != proposal.params_hash:
             raise ParamsChanged("The proposal was made on different parameters. Nothing was "
                                 "changed.")
+        definitive = latest_definitive_evidence(case)
+        if contradicted_by(proposal.action, definitive) and (
+                definitive is None or proposal.overrides_evidence_id != definitive.evidence.pk):
+            assert definitive is not None
+            raise EvidenceContradicted(
+                "The provider's evidence changed after this proposal and now contradicts it: "
+                "decline it, and decide again on the new evidence. Nothing was changed.")
         approval = _create_decision(
             case=case, action=proposal.action, reason_code=reason_code, note=note.strip(),
             params_hash=params_hash, decided_by=user, approves=proposal,
@@ -414,7 +500,8 @@ def decision_approve(
         )
         _decision_set_status(proposal, DecisionStatus.APPLIED)
         _case_event(case, actor=staff_actor(user), reason="decision_approved",
-                    data={**_decision_data(approval), "approves": proposal.pk})
+                    data={**_decision_data(approval), "approves": proposal.pk,
+                          **_override_data(proposal)})
         if proposal.action != Action.RESEND:
             operation = _apply_resolution(case, decisions=[proposal, approval], user=user)
             return _applied(case, approval, operation)
@@ -425,8 +512,10 @@ def decision_approve(
 def decision_withdraw(
     *, decision_id: int, user: User, note: str = "", now: dt.datetime | None = None,
 ) -> Decision:
-    """Withdraw a proposal waiting for its second approval (the proposer's change of mind, or
-    a second reviewer declining it). Needs the claim like every other decision."""
+    """Withdraw a proposal waiting for its second approval: the proposer's change of mind
+    (no claim needed: the proposer stepped back so approvers could claim the case, and must
+    not have to take it from them to withdraw), or a second reviewer declining it (with the
+    claim, like every other decision)."""
     now = now or timezone.now()
     with transaction.atomic():
         proposal = Decision.objects.get(pk=decision_id)
@@ -435,7 +524,8 @@ def decision_withdraw(
         _require_pending(proposal)
         if case.state != State.AWAITING_REVIEW:
             raise CaseClosed(_closed_message(case))
-        _require_claim(case, user, now)
+        if proposal.decided_by_id != user.pk:
+            _require_claim(case, user, now)
         if proposal.decided_by_id != user.pk and not note.strip():
             raise InvalidDecision("Say why you decline the proposal in the note.")
         _decision_set_status(proposal, DecisionStatus.WITHDRAWN)
@@ -464,26 +554,50 @@ def _decision_set_status(decision: Decision, status: str) -> None:
 
 
 def _decision_data(decision: Decision) -> dict[str, Any]:
-    return {
+    data: dict[str, Any] = {
         "decision": decision.pk, "action": decision.action, "reason_code": decision.reason_code,
-        "params_hash": decision.params_hash,
+        "params_hash": decision.params_hash, **_override_data(decision),
     }
+    if decision.amount_checked is not None:
+        data["amount_checked"] = decision.amount_checked
+    return data
+
+
+def _override_data(decision: Decision) -> dict[str, Any]:
+    """What an override event records: that it is one, why, and the evidence it overrode."""
+    if decision.overrides_evidence is None:
+        return {}
+    return {"override": True, "override_reason": decision.override_reason,
+            "overridden_evidence": _evidence_data(decision.overrides_evidence)}
+
+
+def action_phrase(action: str) -> str:
+    return {Action.CONFIRM: "confirm it happened", Action.REJECT: "reject it (it did not happen)",
+            Action.RESEND: "re-send it with the same key"}.get(Action(action), action)
 
 
 def _applied(case: Case, decision: Decision, operation: Operation) -> DecisionOutcome:
     case.refresh_from_db()
-    labels = {
-        OpStatus.SUCCEEDED: "Confirmed: the operation is now succeeded and the case resolved.",
-        OpStatus.FAILED: "Rejected: the operation is now failed and the case resolved.",
-        OpStatus.UNKNOWN: ("Re-sent with the same key, but the provider's answer is still "
-                           "unknown. The case stays in review."),
-        OpStatus.IN_FLIGHT: "Re-sent with the same key; the answer is still on its way.",
-    }
-    message = labels.get(OpStatus(operation.status), f"Operation is {operation.status}.")
-    if decision.action == Action.RESEND and operation.status == OpStatus.SUCCEEDED:
-        message = "Re-sent with the same key: the provider confirmed it. Case resolved."
-    elif decision.action == Action.RESEND and operation.status == OpStatus.FAILED:
-        message = "Re-sent with the same key: the provider rejected it. Case resolved."
+    noun = operation.tool.replace("_", " ")
+    status = OpStatus(operation.status)
+    if decision.action != Action.RESEND:
+        verb = "confirmed" if decision.action == Action.CONFIRM else "rejected"
+        message = (f"Case {case.pk} is resolved: the {noun} is {verb} and the operation is now "
+                   f"{status.label.lower()}.")
+    elif status == OpStatus.SUCCEEDED:
+        message = (f"Re-sent with the same key, and the provider confirmed it: case {case.pk} "
+                   "is resolved and the operation is now succeeded.")
+    elif status == OpStatus.FAILED:
+        message = (f"Re-sent with the same key, and the provider rejected it: case {case.pk} "
+                   "is resolved and the operation is now failed.")
+    elif status == OpStatus.IN_FLIGHT:
+        message = "Re-sent with the same key; the provider's answer is still on its way."
+    else:
+        message = ("Re-sent with the same key, but the provider's answer is still unknown, so "
+                   "the case stays in review.")
+    if decision.approves_id is not None:
+        proposer = decision.approves.decided_by.get_username() if decision.approves else ""
+        message = f"You approved {proposer}'s proposal (2 of 2 approvals). {message}"
     return DecisionOutcome(case=case, decision=decision, applied=True, operation=operation,
                            message=message)
 
@@ -505,6 +619,7 @@ def _apply_resolution(
         "decisions": [d.pk for d in decisions],
         "decided_by": [d.decided_by.get_username() for d in decisions],
         "reason_codes": [d.reason_code for d in decisions],
+        **_override_data(decisions[0]),
     }
     try:
         transitions.case_resolve(
@@ -562,16 +677,6 @@ def _resend(
 
 # --- checking the provider again and notes -----------------------------------------------
 
-CHECK_OUTCOMES = {
-    "found_match": "the provider has a record that matches the intent",
-    "found_mismatch": "the provider has a record that does NOT match the intent",
-    "found_multiple": "the provider has more than one record for it",
-    "found_pending": "the provider is still executing it",
-    "found_not_succeeded": "the provider has a record that did not succeed",
-    "not_found": "the provider has no record",
-    "unavailable": "the provider's lookup was unavailable",
-}
-
 
 def case_check_provider(*, case_id: int, user: User) -> Evidence:
     """Run one lookup now and keep it as evidence (the reconciliation service; an answer that
@@ -599,343 +704,3 @@ def _case_event(case: Case, *, actor: str, reason: str,
                                     actor=actor, reason=reason, data=dict(data or {}))
 
 
-# --- selectors -----------------------------------------------------------------------------
-
-TABS: dict[str, str] = {
-    "mine": "Assigned to me",
-    "unclaimed": "Unclaimed",
-    "second": "Awaiting second approval",
-    "breaching": "Breaching soon",
-    "all": "All open",
-}
-DEFAULT_TAB = "all"
-AGE_FILTERS: dict[str, tuple[str, dt.timedelta]] = {
-    "1h": ("Older than 1 hour", dt.timedelta(hours=1)),
-    "4h": ("Older than 4 hours", dt.timedelta(hours=4)),
-    "24h": ("Older than 1 day", dt.timedelta(days=1)),
-    "7d": ("Older than 7 days", dt.timedelta(days=7)),
-}
-
-
-@dataclass(frozen=True)
-class QueueFilters:
-    tool: str = ""
-    provider: str = ""
-    reason: str = ""
-    min_value: int | None = None  # minor units
-    max_value: int | None = None
-    age: str = ""
-
-
-def _pending_decisions() -> Prefetch:
-    return Prefetch(
-        "decisions",
-        queryset=Decision.objects.filter(status=DecisionStatus.AWAITING_SECOND).select_related(
-            "decided_by"),
-        to_attr="pending_decisions",
-    )
-
-
-def case_queue(*, user: User, tab: str, filters: QueueFilters,
-               now: dt.datetime | None = None) -> QuerySet[Case]:
-    """Cases awaiting review for one tab, filtered, in the queue's order (not yet paginated)."""
-    now = now or timezone.now()
-    queryset = Case.objects.filter(state=State.AWAITING_REVIEW)
-    live_claim = Q(claimed_by__isnull=False, claim_expires_at__gt=now)
-    if tab == "mine":
-        queryset = queryset.filter(live_claim, claimed_by=user)
-    elif tab == "unclaimed":
-        queryset = queryset.exclude(live_claim)
-    elif tab == "second":
-        queryset = queryset.filter(Exists(Decision.objects.filter(
-            case=OuterRef("pk"), status=DecisionStatus.AWAITING_SECOND)))
-    elif tab == "breaching":
-        queryset = queryset.filter(review_deadline_at__lte=now + BREACHING_WINDOW)
-    return _filtered(queryset, filters, now)
-
-
-def _filtered(queryset: QuerySet[Case], filters: QueueFilters,
-              now: dt.datetime) -> QuerySet[Case]:
-    if filters.tool:
-        queryset = queryset.filter(operation__tool=filters.tool)
-    if filters.provider:
-        queryset = queryset.filter(operation__provider=filters.provider)
-    if filters.reason:
-        queryset = queryset.filter(review_reason=filters.reason)
-    if filters.min_value is not None:
-        queryset = queryset.filter(value_amount__gte=filters.min_value)
-    if filters.max_value is not None:
-        queryset = queryset.filter(value_amount__lte=filters.max_value)
-    if filters.age in AGE_FILTERS:
-        queryset = queryset.filter(created_at__lte=now - AGE_FILTERS[filters.age][1])
-    return queryset
-
-
-def _ordered(queryset: QuerySet[Case], *, reverse: bool = False) -> QuerySet[Case]:
-    """Soonest review deadline, then highest value, then oldest. This matches the partial
-    index case_review_idx (review_deadline_at ASC, which PostgreSQL keeps NULLS LAST;
-    value_amount DESC, NULLS FIRST), so the database reads the page straight off the index."""
-    if not reverse:
-        return queryset.order_by(
-            F("review_deadline_at").asc(nulls_last=True),
-            F("value_amount").desc(nulls_first=True),
-            F("pk").asc(),
-        )
-    return queryset.order_by(
-        F("review_deadline_at").desc(nulls_first=True),
-        F("value_amount").asc(nulls_last=True),
-        F("pk").desc(),
-    )
-
-
-def _tail_after(anchor: Case) -> Q:
-    """Among rows with the anchor's deadline: value DESC NULLS FIRST, then pk."""
-    value, pk = anchor.value_amount, anchor.pk
-    if value is None:
-        return Q(value_amount__isnull=False) | Q(value_amount__isnull=True, pk__gt=pk)
-    return Q(value_amount__lt=value) | Q(value_amount=value, pk__gt=pk)
-
-
-def _after(anchor: Case) -> Q:
-    """Rows after `anchor` in the queue's order that have a deadline at all (keyset).
-
-    The leading `>=` is redundant but lets PostgreSQL start the index scan at the anchor
-    instead of filtering its way there from the first row. Rows without a deadline (last in
-    the order) are fetched separately, because OR-ing them in here would cost that start.
-    """
-    deadline = anchor.review_deadline_at
-    if deadline is None:
-        return Q(review_deadline_at__isnull=True) & _tail_after(anchor)
-    return Q(review_deadline_at__gte=deadline) & (
-        Q(review_deadline_at__gt=deadline) | (Q(review_deadline_at=deadline) & _tail_after(anchor))
-    )
-
-
-def _before(anchor: Case) -> Q:
-    deadline, value, pk = anchor.review_deadline_at, anchor.value_amount, anchor.pk
-    if value is None:
-        tail = Q(value_amount__isnull=True, pk__lt=pk)
-    else:
-        tail = (Q(value_amount__gt=value) | Q(value_amount__isnull=True)
-                | Q(value_amount=value, pk__lt=pk))
-    if deadline is None:
-        return Q(review_deadline_at__isnull=False) | (Q(review_deadline_at__isnull=True) & tail)
-    return Q(review_deadline_at__lte=deadline) & (
-        Q(review_deadline_at__lt=deadline) | (Q(review_deadline_at=deadline) & tail)
-    )
-
-
-@dataclass
-class QueuePage:
-    cases: list[Case]
-    next_after: int | None = None
-    prev_before: int | None = None
-    is_first: bool = True
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def case_queue_page(
-    queryset: QuerySet[Case], *, after: int | None = None, before: int | None = None,
-    size: int | None = None,
-) -> QueuePage:
-    """One page by keyset: constant cost however deep the page, no COUNT(*)."""
-    size = size or PAGE_SIZE
-    queryset = queryset.select_related("operation", "operation__agent", "claimed_by")
-    queryset = queryset.prefetch_related(_pending_decisions())
-    anchor_pk = after or before
-    anchor = Case.objects.filter(pk=anchor_pk).first() if anchor_pk else None
-    if anchor is not None and before:
-        rows = list(_ordered(queryset.filter(_before(anchor)), reverse=True)[: size + 1])
-        has_more_before = len(rows) > size
-        rows = list(reversed(rows[:size]))
-        return QueuePage(
-            cases=rows, next_after=rows[-1].pk if rows else None,
-            prev_before=rows[0].pk if rows and has_more_before else None,
-            is_first=not has_more_before,
-        )
-    if anchor is None:
-        rows = list(_ordered(queryset)[: size + 1])
-    else:
-        rows = list(_ordered(queryset.filter(_after(anchor)))[: size + 1])
-        if len(rows) <= size and anchor.review_deadline_at is not None:
-            undated = queryset.filter(review_deadline_at__isnull=True)
-            rows += list(_ordered(undated)[: size + 1 - len(rows)])
-    has_next = len(rows) > size
-    rows = rows[:size]
-    return QueuePage(
-        cases=rows,
-        next_after=rows[-1].pk if has_next and rows else None,
-        prev_before=rows[0].pk if anchor is not None and rows else None,
-        is_first=anchor is None,
-    )
-
-
-def bounded_count(queryset: QuerySet[Any], bound: int | None = None) -> tuple[int, bool]:
-    """(count, capped): counts at most `bound` rows."""
-    bound = bound or COUNT_BOUND
-    count = queryset.order_by()[: bound + 1].count()
-    return min(count, bound), count > bound
-
-
-def case_tab_counts(*, user: User, filters: QueueFilters,
-                    now: dt.datetime | None = None) -> dict[str, tuple[int, bool]]:
-    now = now or timezone.now()
-    return {tab: bounded_count(case_queue(user=user, tab=tab, filters=filters, now=now))
-            for tab in TABS}
-
-
-def review_cursor() -> int:
-    """The newest case event's id: new arrivals are counted from here."""
-    latest = CaseEvent.objects.order_by("-pk").values_list("pk", flat=True).first()
-    return latest or 0
-
-
-def case_new_arrivals(*, since_event: int, bound: int = 99) -> tuple[int, bool]:
-    """Cases that entered review after `since_event` and are still waiting (primary-key range
-    scan on the event table: cheap however long the history is)."""
-    case_ids = (
-        CaseEvent.objects.filter(pk__gt=since_event, to_state=State.AWAITING_REVIEW)
-        .exclude(from_state=State.AWAITING_REVIEW)
-        .values("case_id")
-    )
-    queryset = Case.objects.filter(pk__in=case_ids, state=State.AWAITING_REVIEW)
-    return bounded_count(queryset, bound)
-
-
-def case_get_for_review(case_id: int) -> Case:
-    return (
-        Case.objects.select_related("operation", "operation__agent", "claimed_by")
-        .prefetch_related(_pending_decisions())
-        .get(pk=case_id)
-    )
-
-
-def tool_choices() -> list[tuple[str, str]]:
-    return [(name, name.replace("_", " ")) for name in tool_names()]
-
-
-def provider_choices() -> list[tuple[str, str]]:
-    return [(name, name) for name in sorted({tool.provider for tool in latest_tools()})]
-
-
-def review_reason_choices() -> list[tuple[str, str]]:
-    return sorted(REVIEW_REASONS.items(), key=lambda item: item[1])
-
-
-# --- the evidence panel --------------------------------------------------------------------
-
-@dataclass
-class Attempt:
-    number: int
-    fencing_token: int
-    started_at: dt.datetime
-    started_by: str
-    reason: str
-    outcome: str = "no answer recorded"
-    outcome_at: dt.datetime | None = None
-    error_class: str = ""
-    stale_results: list[OperationEvent] = field(default_factory=list)
-
-
-@dataclass
-class TimelineEntry:
-    at: dt.datetime
-    source: str  # "operation" or "case"
-    actor: str
-    reason: str
-    from_state: str
-    to_state: str
-    data: dict[str, Any]
-
-
-@dataclass
-class EvidencePanel:
-    tool: Tool | None
-    intent_params: dict[str, Any]
-    params: dict[str, Any]
-    attempts: list[Attempt]
-    lookups: list[Evidence]
-    timeline: list[TimelineEntry]
-    notes: list[dict[str, Any]]
-    key_retention_deadline: dt.datetime | None
-    resend_deadline: dt.datetime | None
-    resend_allowed: bool
-    honours_keys: bool
-    decisions: list[Decision]
-
-
-def _attempts(events: Iterable[OperationEvent]) -> list[Attempt]:
-    attempts: dict[int, Attempt] = {}
-    for event in events:
-        if event.to_status == OpStatus.IN_FLIGHT and event.from_status != OpStatus.IN_FLIGHT:
-            attempts[event.fencing_token] = Attempt(
-                number=len(attempts) + 1, fencing_token=event.fencing_token,
-                started_at=event.created_at, started_by=event.actor, reason=event.reason,
-            )
-        elif event.reason == "stale_result_ignored" and event.fencing_token in attempts:
-            attempts[event.fencing_token].stale_results.append(event)
-        elif event.from_status == OpStatus.IN_FLIGHT and event.fencing_token in attempts:
-            attempt = attempts[event.fencing_token]
-            attempt.outcome = f"{event.to_status} ({event.reason})"
-            attempt.outcome_at = event.created_at
-            attempt.error_class = str(event.data.get("error_class", ""))
-    return list(attempts.values())
-
-
-def _redacted(tool: Tool | None, params: Mapping[str, Any]) -> dict[str, Any]:
-    return tool.redacted(params) if tool else dict(params)
-
-
-def _timeline(op_events: list[OperationEvent], case_events: list[CaseEvent]
-              ) -> list[TimelineEntry]:
-    entries = [
-        TimelineEntry(at=e.created_at, source="operation", actor=e.actor, reason=e.reason,
-                      from_state=e.from_status, to_state=e.to_status, data=e.data)
-        for e in op_events
-    ] + [
-        TimelineEntry(at=e.created_at, source="case", actor=e.actor, reason=e.reason,
-                      from_state=e.from_state, to_state=e.to_state, data=e.data)
-        for e in case_events
-    ]
-    return sorted(entries, key=lambda entry: entry.at)
-
-
-def _notes(case_events: list[CaseEvent], decisions: list[Decision]) -> list[dict[str, Any]]:
-    """Free notes and every decision's note, oldest first."""
-    notes = [
-        {"at": e.created_at, "actor": e.actor, "text": e.data.get("note", ""), "kind": "note"}
-        for e in case_events if e.reason == "note_added"
-    ] + [
-        {"at": d.created_at, "actor": staff_actor(d.decided_by), "text": d.note,
-         "kind": f"{d.get_action_display()} ({d.get_status_display().lower()})"}
-        for d in decisions
-    ]
-    return sorted(notes, key=lambda note: note["at"])
-
-
-def case_evidence(case: Case) -> EvidencePanel:
-    """Everything a reviewer needs to decide, read in five queries."""
-    operation = case.operation
-    try:
-        tool: Tool | None = tool_of(operation)
-    except UnknownTool:
-        tool = None
-    op_events = list(operation.events.order_by("created_at", "id"))
-    case_events = list(case.events.order_by("created_at", "id"))
-    decisions = list(case.decisions.select_related("decided_by", "approves").order_by(
-        "created_at", "id"))
-    capabilities = _capabilities(operation)
-    return EvidencePanel(
-        tool=tool,
-        intent_params=_redacted(tool, operation.intent_params),
-        params=_redacted(tool, operation.params),
-        attempts=_attempts(op_events),
-        lookups=list(case.evidence.select_related("created_by").order_by("created_at", "id")),
-        timeline=_timeline(op_events, case_events),
-        notes=_notes(case_events, decisions),
-        key_retention_deadline=key_retention_deadline(operation),
-        resend_deadline=resend_deadline(operation),
-        resend_allowed=resend_allowed(operation),
-        honours_keys=bool(capabilities and capabilities.honours_idempotency_keys),
-        decisions=decisions,
-    )
