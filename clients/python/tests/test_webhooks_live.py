@@ -1,5 +1,5 @@
-"""NEEDS issue 8 on the server (webhooks through an outbox, `manage.py webhooks add`): a real
-delivery from the ledger verifies with verify_webhook()."""
+"""Webhooks from the live ledger (`manage.py webhooks add`): a real delivery verifies with
+verify_webhook()."""
 
 from __future__ import annotations
 
