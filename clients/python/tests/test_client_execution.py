@@ -111,6 +111,6 @@ def test_wait_long_polls_when_the_ledger_holds_the_answer(ledger, unique):
         oid = operation_id(workflow=unique, subject="invoice-67", action="refund", sequence=1)
         client.submit("refund", refund_params("invoice-67"), operation_id=oid,
                       execution="async")
-        assert client.wait(oid, timeout=60).status == "succeeded"
+        assert client.wait(oid, timeout=120).status == "succeeded"
     reads = [r for r in transport.requests if r.method == "GET"]
     assert len(reads) <= 3  # held by the server, not polled every Retry-After

@@ -74,7 +74,7 @@ async def test_async_wait_returns_on_resolution(aclient, ledger, unique):
     pending = await aclient.submit("refund", refund_params("invoice-44", memo="sandbox:timeout"),
                                    operation_id=oid)
     assert pending.http_status == 202 and pending.status == "unknown"
-    resolved = await aclient.wait(oid, timeout=60)
+    resolved = await aclient.wait(oid, timeout=120)
     assert resolved.status == "succeeded"
     assert ledger.effect_counts().get(oid) == 1
 

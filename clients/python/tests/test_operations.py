@@ -58,7 +58,7 @@ def test_lost_provider_response_is_an_answer_and_a_retry_sends_nothing_new(clien
     retried = client.submit("refund", params, operation_id=oid)
     assert retried.operation_id == oid and retried.status in {"unknown", "in_flight",
                                                                 "succeeded"}
-    resolved = client.wait(oid, timeout=60)
+    resolved = client.wait(oid, timeout=120)
     assert resolved.status == "succeeded"  # the reconciler re-sent the same key: a replay
     assert ledger.effect_counts().get(oid) == 1
 
@@ -171,7 +171,7 @@ def test_wait_returns_when_a_worker_resolves_it(ledger, unique):
         queued = client.submit("refund", refund_params("invoice-29"), operation_id=oid,
                                execution="async")
         assert (queued.http_status, queued.is_terminal) == (202, False)
-        done = client.wait(oid, timeout=60)
+        done = client.wait(oid, timeout=120)
     assert done.status == "succeeded" and done.is_terminal
     reads = [r for r in transport.requests if r.method == "GET"]
     assert reads and all(r.url.params.get("wait") for r in reads)  # long-poll asked each time

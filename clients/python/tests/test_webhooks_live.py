@@ -44,7 +44,7 @@ def test_a_real_delivery_verifies_and_a_tampered_one_does_not(ledger, client, re
     oid = operation_id(workflow=unique, subject="invoice-90", action="refund", sequence=1)
     client.submit("refund", refund_params("invoice-90"), operation_id=oid)
     while True:
-        body, headers = deliveries.get(timeout=60)
+        body, headers = deliveries.get(timeout=120)
         event = verify_webhook(body, headers, secret=secret)
         if event["data"]["operation_id"] == oid and event["type"] == "operation.succeeded":
             break

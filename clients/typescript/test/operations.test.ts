@@ -41,7 +41,7 @@ describe("against a live ledger", () => {
     assert.deepEqual([first.httpStatus, first.status], [202, "unknown"]);
     assert.match(first.guidance, /do not retry with a new operation ID/);
     await client.submit("refund", params, { operationId: id });
-    const resolved = await client.wait(id, { timeoutMs: 60000 });
+    const resolved = await client.wait(id, { timeoutMs: 120000 });
     assert.equal(resolved.status, "succeeded");
     assert.equal((await ledger.effectCounts())[id], 1);
   });
@@ -127,7 +127,7 @@ describe("against a live ledger", () => {
     const id = operationId({ workflow: unique(), subject: "invoice-25", action: "refund", sequence: 1 });
     const queued = await client.submit("refund", refundParams("invoice-25"), { operationId: id, execution: "async" });
     assert.equal(queued.httpStatus, 202);
-    assert.equal((await client.wait(id, { timeoutMs: 60000 })).status, "succeeded");
+    assert.equal((await client.wait(id, { timeoutMs: 120000 })).status, "succeeded");
     assert.equal((await ledger.effectCounts())[id], 1);
   });
 
