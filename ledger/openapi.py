@@ -202,6 +202,16 @@ def _submission_variants(result: dict[str, Any]) -> list[dict[str, Any]]:
 def postprocess(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict:
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     schemas["Problem"] = PROBLEM_SCHEMA
+    # The claim's own endpoints refuse unknown fields too (a misspelt field would otherwise be
+    # silently ignored); the outcome's free-form result holds text the parser accepts.
+    for name in ("Heartbeat", "Outcome"):
+        if name in schemas:
+            schemas[name]["additionalProperties"] = False
+    outcome_result = schemas.get("Outcome", {}).get("properties", {}).get("result")
+    if outcome_result is not None:
+        outcome_result["propertyNames"] = {"pattern": f"^[^{hidden_characters_class()}]*$"}
+        outcome_result["additionalProperties"] = {"type": ["string", "number", "boolean", "null"],
+                                          "pattern": "^[^\\u0000]*$"}
     for path_item in result.get("paths", {}).values():
         for operation in path_item.values():
             _document_operation(result, operation)

@@ -174,7 +174,16 @@ class ClaimSerializer(serializers.Serializer):
     idempotency_key = serializers.CharField()
 
 
-class HeartbeatSerializer(serializers.Serializer):
+class _NoUnknownFields(serializers.Serializer):
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(self.initial_data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({name: ["is not a field of this request"]
+                                               for name in unknown})
+        return attrs
+
+
+class HeartbeatSerializer(_NoUnknownFields):
     fencing_token = serializers.IntegerField(min_value=1)
 
 
@@ -188,7 +197,7 @@ class HeartbeatResponseSerializer(serializers.Serializer):
 ERROR_CLASS_PATTERN = r"^[A-Za-z0-9_.:-]{1,100}$"
 
 
-class OutcomeSerializer(serializers.Serializer):
+class OutcomeSerializer(_NoUnknownFields):
     fencing_token = serializers.IntegerField(min_value=1)
     status = serializers.ChoiceField(choices=["succeeded", "failed", "unknown"])
     result = serializers.DictField(required=False, default=dict)
@@ -198,6 +207,7 @@ class OutcomeSerializer(serializers.Serializer):
                                          allow_blank=True)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().validate(attrs)
         if attrs["status"] == "failed" and not attrs["error_class"]:
             raise serializers.ValidationError({"error_class": [
                 "is required with status failed: say which definitive provider rejection "
