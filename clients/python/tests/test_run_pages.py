@@ -1,5 +1,4 @@
-"""NEEDS issue 11 on the server (paginated runs: ?limit, ?after, next). Run after that branch is
-merged: LEDGER_CLIENT_TESTS=all bin/test-clients."""
+"""Paginated runs (?limit, ?after, next): run() follows every page."""
 
 from __future__ import annotations
 
