@@ -79,7 +79,7 @@ def main(url: str, token: str, sandbox_url: str, workflow_id: str = "workflow-82
         interrupted = [i.value for i in paused.get("__interrupt__", [])]
         resumed = paused  # no interrupt: already resolved (a re-run of this example)
         if interrupted:
-            ledger.wait(oid, timeout=120)  # the ledger resolves the same ID; never a new one
+            ledger.wait(oid, timeout=300)  # the ledger resolves the same ID; never a new one
             resumed = graph.invoke(Command(resume=True), thread)
         regenerated_graph = build(ledger, scripted("call_Zz98Yy76Xx54",
                                                    "The customer's parcel arrived broken"))

@@ -75,7 +75,7 @@ def main(url: str, token: str, sandbox_url: str, workflow_id: str = "workflow-83
         if isinstance(first.output, DeferredToolRequests):  # the ledger said 202
             call = first.output.calls[0]
             deferred.append(call.tool_call_id)
-            resolved = ledger.wait(oid, timeout=120)  # the same ID, never a new one
+            resolved = ledger.wait(oid, timeout=300)  # the same ID, never a new one
             resumed = agent.run_sync(
                 deps=deps, model=scripted("unused", "unused"),
                 message_history=first.all_messages(),
