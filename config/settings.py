@@ -418,18 +418,20 @@ RECONCILIATION_TASK_MAX_RETRIES = env_int("RECONCILIATION_TASK_MAX_RETRIES", 5)
 # Tests and parallel deployments that share one broker keep their messages apart by queue.
 CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_TASK_DEFAULT_QUEUE", "celery")
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-# Celery's own beat_schedule (no database scheduler). `expires` drops a sweep that waited
-# longer than one interval in the queue: the next one is already on its way.
+# Celery's own beat_schedule (no database scheduler). `expires` drops a sweep that waited too
+# long in the queue (the next one is on its way), but never under 10 s: with short intervals a
+# busy single worker (or the filesystem broker's 1 s polling) would otherwise let every sweep
+# expire before it runs, and nothing would be reconciled.
 CELERY_BEAT_SCHEDULE = {
     "reconciliation-sweep-leases": {
         "task": "reconciliation.tasks.sweep_leases",
         "schedule": LEDGER_SWEEP_INTERVAL_SECONDS,
-        "options": {"expires": max(LEDGER_SWEEP_INTERVAL_SECONDS, 1.0)},
+        "options": {"expires": max(LEDGER_SWEEP_INTERVAL_SECONDS, 10.0)},
     },
     "reconciliation-sweep-cases": {
         "task": "reconciliation.tasks.sweep_cases",
         "schedule": LEDGER_SWEEP_INTERVAL_SECONDS,
-        "options": {"expires": max(LEDGER_SWEEP_INTERVAL_SECONDS, 1.0)},
+        "options": {"expires": max(LEDGER_SWEEP_INTERVAL_SECONDS, 10.0)},
     },
     # Retention of personal data (ledger.retention).
     "ledger-redact-expired-params": {
@@ -442,13 +444,13 @@ CELERY_BEAT_SCHEDULE = {
     "ledger-sweep-webhooks": {
         "task": "ledger.tasks.sweep_webhooks",
         "schedule": LEDGER_SWEEP_INTERVAL_SECONDS,
-        "options": {"expires": max(LEDGER_SWEEP_INTERVAL_SECONDS, 1.0)},
+        "options": {"expires": max(LEDGER_SWEEP_INTERVAL_SECONDS, 10.0)},
     },
     # The ledger's own sweep: prepared rows nobody is sending (executor.retry_unsent).
     "ledger-retry-unsent": {
         "task": "ledger.tasks.retry_unsent_operations",
         "schedule": LEDGER_SWEEP_INTERVAL_SECONDS,
-        "options": {"expires": max(LEDGER_SWEEP_INTERVAL_SECONDS, 1.0)},
+        "options": {"expires": max(LEDGER_SWEEP_INTERVAL_SECONDS, 10.0)},
     },
     # The dashboard's counters: closed minutes of the event tables, rolled up (ops.rollup).
     "ops-rollup-stats": {
