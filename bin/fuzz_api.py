@@ -16,10 +16,9 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import httpx
+from serve import wait_for  # bin/ is this script's directory, so on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -29,18 +28,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def wait_for(url: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"{url} did not come up within {timeout:.0f}s")
 
 
 def main() -> int:
@@ -83,8 +70,8 @@ def main() -> int:
                 processes.append(subprocess.Popen(
                     [str(BIN / "gunicorn"), "-c", "deploy/gunicorn.conf.py", "config.wsgi"],
                     cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
-            wait_for(f"http://127.0.0.1:{sandbox_port}/_sandbox/health")
-            wait_for(f"http://127.0.0.1:{web_port}/healthz")
+            wait_for(f"http://127.0.0.1:{sandbox_port}/_sandbox/health", timeout=30.0)
+            wait_for(f"http://127.0.0.1:{web_port}/healthz", timeout=30.0)
             command = [
                 str(BIN / "st"), "--config-file", str(ROOT / "schemathesis.toml"), "run",
                 f"http://127.0.0.1:{web_port}/api/schema/",
