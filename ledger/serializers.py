@@ -79,7 +79,23 @@ class ExactIdentifierField(StrictCharField):
         super().run_validators(value)
 
 
-class OperationSubmitSerializer(serializers.Serializer):
+class _NoUnknownFields(serializers.Serializer):
+    """A misspelt field ("operationId", "customerRef") is refused, not silently dropped: the
+    caller would believe it was recorded."""
+
+    unknown_field_message = "is not a field of this request"
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(self.initial_data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError({name: [self.unknown_field_message]
+                                               for name in unknown})
+        return attrs
+
+
+class OperationSubmitSerializer(_NoUnknownFields):
+    unknown_field_message = "is not a field of a submission"
+
     operation_id = StrictCharField(
         max_length=MAX_OPERATION_ID_LENGTH,
         validators=[FullMatchValidator(
@@ -103,15 +119,6 @@ class OperationSubmitSerializer(serializers.Serializer):
             "idempotency key); the agent calls the provider itself and reports the outcome."
         ),
     )
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        # A misspelt field ("operationId", "customerRef") is refused, not silently dropped:
-        # the caller would believe it was recorded.
-        unknown = sorted(set(self.initial_data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError({name: ["is not a field of a submission"]
-                                               for name in unknown})
-        return attrs
 
 
 _SUBMIT_TEXT_FIELDS = (
@@ -172,15 +179,6 @@ class ClaimSerializer(serializers.Serializer):
     fencing_token = serializers.IntegerField()
     lease_expires_at = serializers.DateTimeField()
     idempotency_key = serializers.CharField()
-
-
-class _NoUnknownFields(serializers.Serializer):
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(self.initial_data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError({name: ["is not a field of this request"]
-                                               for name in unknown})
-        return attrs
 
 
 class HeartbeatSerializer(_NoUnknownFields):
