@@ -224,15 +224,16 @@ def in_threads(threads: int, items: Sequence[Any], action: Callable[[Any, Any], 
 
 RAW_INSERT = """
 WITH ins AS (
-  INSERT INTO ledger_operation (operation_id, agent_id, run_id, tool_call_ids, tool,
+  INSERT INTO ledger_operation (operation_id, namespace_id, agent_id, run_id, tool_call_ids, tool,
     tool_version, provider, intent_params, params, params_hash, status, attempts, fencing_token,
     lease_owner, lease_expires_at, idempotency_key, key_first_sent_at, provider_request_id,
     result, error_class, value_amount, value_currency, subject, customer_ref, status_token,
-    created_at, updated_at, sent_at, resolved_at)
-  VALUES (%(op)s, %(agent)s, '', '[]', 'refund', 1, 'instant', %(intent)s, %(intent)s,
+    execution, created_at, updated_at, sent_at, resolved_at)
+  VALUES (%(op)s, %(ns)s, %(agent)s, '', '[]', 'refund', 1, 'instant', %(intent)s, %(intent)s,
     %(hash)s, 'in_flight', 1, 1, 'raw', now() + interval '60 seconds', %(key)s, now(), '',
-    NULL, '', %(amount)s, 'EUR', %(subject)s, '', %(token)s, now(), now(), now(), NULL)
-  ON CONFLICT (operation_id) DO NOTHING RETURNING id
+    NULL, '', %(amount)s, 'EUR', %(subject)s, '', %(token)s, 'server', now(), now(), now(),
+    NULL)
+  ON CONFLICT (namespace_id, operation_id) DO NOTHING RETURNING id
 ), ev AS (
   INSERT INTO ledger_operationevent (operation_id, from_status, to_status, actor,
     fencing_token, reason, data, created_at)
@@ -261,12 +262,12 @@ WITH moved AS (
 def raw_sql() -> tuple[str, str, str]:
     from ledger.selectors import _lookup_sql
 
-    return _lookup_sql(False)[0], RAW_INSERT, RAW_FINISH
+    return _lookup_sql()[0], RAW_INSERT, RAW_FINISH
 
 
 class RawPeer:
-    def __init__(self, dsn: str, agent_id: int) -> None:
-        self.dsn, self.agent_id = dsn, agent_id
+    def __init__(self, dsn: str, agent_id: int, namespace_id: int) -> None:
+        self.dsn, self.agent_id, self.namespace_id = dsn, agent_id, namespace_id
         self.lookup, self.insert, self.finish = raw_sql()
 
     def connect(self) -> Any:
@@ -280,11 +281,12 @@ class RawPeer:
         from psycopg.types.json import Jsonb
 
         op = item[0]
-        if conn.execute(self.lookup, [op]).fetchone() is not None:
+        if conn.execute(self.lookup, [self.namespace_id, op]).fetchone() is not None:
             raise AssertionError("fresh ID exists")
         digest = hashlib.sha256(op.encode()).hexdigest()
         row = conn.execute(self.insert, {
-            "op": op, "agent": self.agent_id, "intent": Jsonb({"invoice": op, "amount": 100}),
+            "op": op, "ns": self.namespace_id, "agent": self.agent_id,
+            "intent": Jsonb({"invoice": op, "amount": 100}),
             "hash": f"sha256:{digest}", "key": f"al_{digest[:40]}", "amount": 100,
             "subject": op[:200], "token": uuid.uuid4().hex}).fetchone()
         # the instant provider answers here
@@ -292,7 +294,7 @@ class RawPeer:
                                    "ref": f"re_{digest[:12]}"}).fetchone()
 
     def replay(self, conn: Any, item: tuple[str, int]) -> None:
-        if conn.execute(self.lookup, [item[0]]).fetchone() is None:
+        if conn.execute(self.lookup, [self.namespace_id, item[0]]).fetchone() is None:
             raise AssertionError("replay ID missing")
 
 
@@ -581,7 +583,7 @@ def main() -> None:
         gunicorn = start_gunicorn({**env, "SANDBOX_URL": sandbox.url}, port,
                                   workdir / "gunicorn.log")
         dbos = DbosPeer(peers_python, server_url(dbos_db))
-        raw = RawPeer(server_url(ledger_db), agent.pk)
+        raw = RawPeer(server_url(ledger_db), agent.pk, agent.namespace_id)
         ledger = LedgerPeer(agent)
         http = HttpPeer(f"http://127.0.0.1:{port}", token)
         report = bench(args, raw, ledger, http, dbos, [ledger_db, dbos_db], gunicorn.pid)

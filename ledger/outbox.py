@@ -9,7 +9,9 @@ this module, never the reverse.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
@@ -17,7 +19,7 @@ from django.utils import timezone
 from rest_framework.fields import DateTimeField
 from rest_framework.renderers import JSONRenderer
 
-from ledger import dispatch
+from ledger import dispatch, rows, serializers
 from ledger.models import (
     Operation,
     OperationEvent,
@@ -25,7 +27,6 @@ from ledger.models import (
     WebhookEndpoint,
     WebhookEvent,
 )
-from ledger.serializers import OperationSerializer
 
 S = Operation.Status
 T = WebhookEvent.Type
@@ -63,26 +64,79 @@ def outbox_record(*, operation: Operation, event_type: str,
     current = Operation.objects.select_related("reconciliation_case").get(pk=operation.pk)
     event = WebhookEvent.objects.create(
         agent_id=current.agent_id, operation=current, operation_event=operation_event,
-        type=event_type, payload={
-            "type": event_type,
-            "timestamp": DateTimeField().to_representation(now),
-            "data": operation_resource(current),
-        },
+        type=event_type, payload=_payload(current, event_type, now),
     )
     endpoints = WebhookEndpoint.objects.filter(agent_id=current.agent_id, is_active=True)
     deliveries = WebhookDelivery.objects.bulk_create([
         WebhookDelivery(event=event, endpoint_id=endpoint_pk, next_attempt_at=now)
         for endpoint_pk in endpoints.values_list("pk", flat=True)
     ])
-    for delivery in deliveries:
-        dispatch.enqueue_on_commit("deliver_webhook", delivery.pk)
+    outbox_enqueue(delivery.pk for delivery in deliveries)
     return event
+
+
+def outbox_enqueue(delivery_pks: Iterable[int]) -> None:
+    """Each delivery is sent by a worker once the change commits (at once in autocommit)."""
+    for pk in delivery_pks:
+        dispatch.enqueue_on_commit("deliver_webhook", pk)
+
+
+def _payload(operation: Operation, event_type: str, now: dt.datetime) -> dict[str, Any]:
+    return {
+        "type": event_type,
+        "timestamp": DateTimeField().to_representation(now),
+        "data": operation_resource(operation),
+    }
+
+
+# The name of the CTE, in outbox_first_outcome_sql's statement, whose rows are the deliveries.
+DELIVERIES_CTE = "dl"
+
+
+def outbox_first_outcome_sql(*, operation: Operation, operation_source: str, event_source: str,
+                             now: dt.datetime) -> tuple[str, list[Any]]:
+    """The outbox rows of a claim's first outcome, as CTEs of the statement that writes it
+    (transitions._finish_new on PostgreSQL: one statement, one commit).
+
+    The operation was created by that claim, so it was never unknown: the event is
+    operation.succeeded or operation.failed, and its payload is `operation` as the statement
+    leaves it (no case). `operation_source` and `event_source` name the CTEs returning the
+    moved operation's and its event's "id"; nothing is written unless both returned a row.
+    Returns `we AS (…), dl AS (…)`: the event, and one delivery per active endpoint of the
+    agent (DELIVERIES_CTE, RETURNING their ids for outbox_enqueue)."""
+    event_type = T.SUCCEEDED if operation.status == S.SUCCEEDED else T.FAILED
+    event_fields = [f for f in rows.insert_fields(WebhookEvent)
+                    if f.name not in {"operation", "operation_event"}]
+    event_values = {"event_id": WebhookEvent._meta.get_field("event_id").get_default(),
+                    "agent_id": operation.agent_id, "type": event_type,
+                    "payload": _payload(operation, event_type, now), "created_at": now}
+    delivery_fields = [f for f in rows.insert_fields(WebhookDelivery)
+                       if f.name not in {"event", "endpoint"}]
+    delivery_values = {f.attname: f.get_default() for f in delivery_fields} | {
+        "next_attempt_at": now, "created_at": now}
+    endpoints = WebhookEndpoint._meta
+    sql = (
+        f'we AS (INSERT INTO "{WebhookEvent._meta.db_table}" '
+        f'("operation_id", "operation_event_id", {rows.column_list(event_fields)}) '
+        f'SELECT {operation_source}."id", {event_source}."id", '
+        f'{rows.placeholders(len(event_fields))} FROM {operation_source} '
+        f'CROSS JOIN {event_source} RETURNING "id"), '
+        f'{DELIVERIES_CTE} AS (INSERT INTO "{WebhookDelivery._meta.db_table}" '
+        f'("event_id", "endpoint_id", {rows.column_list(delivery_fields)}) '
+        f'SELECT we."id", e."{endpoints.pk.column}", {rows.placeholders(len(delivery_fields))} '
+        f'FROM we CROSS JOIN "{endpoints.db_table}" e '
+        f'WHERE e."agent_id" = %s AND e."is_active" RETURNING "id")'
+    )
+    params = [*rows.insert_params_for(event_fields, event_values),
+              *rows.insert_params_for(delivery_fields, delivery_values),
+              operation.agent_id]
+    return sql, params
 
 
 def operation_resource(operation: Operation) -> dict[str, Any]:
     """The operation resource exactly as the API renders it (absolute URLs when
-    LEDGER_PUBLIC_BASE_URL is set)."""
-    data = OperationSerializer(
-        operation, context={"base_url": settings.LEDGER_PUBLIC_BASE_URL}).data
+    LEDGER_PUBLIC_BASE_URL is set), as plain JSON values."""
+    data = serializers.operation_resource(
+        operation, context={"base_url": settings.LEDGER_PUBLIC_BASE_URL})
     rendered: dict[str, Any] = json.loads(JSONRenderer().render(data))
     return rendered

@@ -8,7 +8,7 @@ and either return it unchanged (it is already where we wanted it — tasks run t
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -262,8 +262,8 @@ def _event_fields() -> tuple[Any, ...]:
     return tuple(f for f in rows.insert_fields(OperationEvent) if f is not fk)
 
 
-def _event_select(source: str, events: Sequence[_EventRow], now: dt.datetime,
-                  ) -> tuple[str, list[Any]]:
+def _event_select(source: str, events: Sequence[_EventRow], now: dt.datetime, *,
+                  returning: bool = False) -> tuple[str, list[Any]]:
     """`INSERT INTO events … SELECT <source>.id, v.* FROM <source> CROSS JOIN (VALUES …)`, the
     events numbered so their ids follow their order."""
     fields = _event_fields()
@@ -280,64 +280,9 @@ def _event_select(source: str, events: Sequence[_EventRow], now: dt.datetime,
         f'("{fk.column}", {rows.column_list(fields)}) '
         f'SELECT {source}."id", {", ".join("v." + n for n in names)} FROM {source} '
         f'CROSS JOIN (VALUES {", ".join(tuples)}) AS v(n, {", ".join(names)}) ORDER BY v.n'
+        + (' RETURNING "id"' if returning else "")
     )
     return sql, params
-
-
-@dataclass(frozen=True)
-class HotTransition:
-    """One transition written by the hot path's single statement (see register_hot_path_rows).
-    `source` names the CTE that holds the written operation row's "id"."""
-
-    operation_id: str
-    from_status: str | None
-    to_status: str
-    fencing_token: int
-    reason: str
-    source: str
-
-
-HotPathRows = Callable[[HotTransition], Sequence[tuple[str, Sequence[Any]]]]
-_hot_path_rows: list[HotPathRows] = []
-
-
-def register_hot_path_rows(hook: HotPathRows) -> None:
-    """Add rows to the hot path's commits: record-and-claim and a new claim's definitive
-    outcome, which on PostgreSQL are one statement each and send no signals.
-
-    The hook returns `[(sql, params)]` for each transition, each sql an
-    `INSERT INTO … SELECT … FROM <source>` that reads the operation's "id" from the CTE named by
-    `transition.source`. On PostgreSQL each becomes one more CTE of the same statement (so the
-    row is written only if the transition was); elsewhere it runs in the same transaction as
-    `WITH <source> AS (SELECT <id> AS "id") <sql>`. (A webhook outbox row per status change goes
-    here; the general path's transitions run inside transaction.atomic() and can write it
-    directly or from a signal receiver.)"""
-    _hot_path_rows.append(hook)
-
-
-def _extra_rows(operation_id: str, events: Sequence[_EventRow], source: str,
-                ) -> list[tuple[str, Sequence[Any]]]:
-    extra: list[tuple[str, Sequence[Any]]] = []
-    for hook in _hot_path_rows:
-        for event in events:
-            extra.extend(hook(HotTransition(operation_id, event.from_status, event.to_status,
-                                            event.fencing_token, event.reason, source)))
-    return extra
-
-
-def _with_extra(sql_ctes: str, params: list[Any], extra: Sequence[tuple[str, Sequence[Any]]],
-                ) -> tuple[str, list[Any]]:
-    for n, (sql, extra_params) in enumerate(extra):
-        sql_ctes += f", x{n} AS ({sql})"
-        params = [*params, *extra_params]
-    return sql_ctes, params
-
-
-def _extra_in_transaction(pk: int, extra: Sequence[tuple[str, Sequence[Any]]], source: str,
-                          ) -> None:
-    with connection.cursor() as cursor:
-        for sql, params in extra:
-            cursor.execute(f'WITH {source} AS (SELECT %s AS "id") {sql}', [pk, *params])
 
 
 def _insert_new(row: dict[str, Any], events: Sequence[_EventRow], *, now: dt.datetime,
@@ -357,13 +302,12 @@ def _insert_new(row: dict[str, Any], events: Sequence[_EventRow], *, now: dt.dat
         f'RETURNING "id"'
     )
     params = rows.insert_params_for(fields, full)
-    extra = _extra_rows(full["operation_id"], events, "ins")
     if connection.vendor == "postgresql" and not connection.in_atomic_block:
         # One statement, one commit: the row, and its events only if the row was inserted.
+        # (Recording and claiming are not outcomes: no webhook is due.)
         events_sql, events_params = _event_select("ins", events, now)
-        ctes, all_params = _with_extra(f"WITH ins AS ({insert}), ev AS ({events_sql})",
-                                       [*params, *events_params], extra)
-        inserted = rows.fetchone(f'{ctes} SELECT "id" FROM ins', all_params)
+        inserted = rows.fetchone(f'WITH ins AS ({insert}), ev AS ({events_sql}) '
+                                 f'SELECT "id" FROM ins', [*params, *events_params])
     else:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(insert, params)
@@ -373,7 +317,6 @@ def _insert_new(row: dict[str, Any], events: Sequence[_EventRow], *, now: dt.dat
                     OperationEvent(operation_id=inserted[0], **event.values(now))
                     for event in events
                 ])
-                _extra_in_transaction(inserted[0], extra, "ins")
     if inserted is None:
         return None
     operation = Operation(id=inserted[0], **full)
@@ -414,58 +357,57 @@ def _finish_new(
     reason: str,
     fields: Mapping[str, Any],
     data: Mapping[str, Any] | None,
-) -> tuple[Operation, OperationEvent | None] | None:
+) -> Operation | None:
     """The fenced outcome of a claim that created its row (so it was never unknown and has no
-    case): `UPDATE … WHERE id AND status='in_flight' AND fencing_token` and the event, in one
-    statement in autocommit on PostgreSQL (one transaction elsewhere). None if the update
-    matched nothing (stale token, a sweeper got there): the caller takes the general path."""
+    case): `UPDATE … WHERE id AND status='in_flight' AND fencing_token`, its event and its
+    webhook outbox rows (ledger.outbox), in one statement in autocommit on PostgreSQL — one
+    commit, no BEGIN — and in one transaction elsewhere. None if the update matched nothing
+    (stale token, a sweeper got there): the caller takes the general path, and nothing of this
+    attempt was written."""
     check_transition(S.IN_FLIGHT, to_status)
     now = timezone.now()
     values = {"status": to_status, "updated_at": now, **fields}
     event = _EventRow(S.IN_FLIGHT, to_status, actor, fencing_token, reason, data)
-    extra = _extra_rows(operation.operation_id, [event], "moved")
-    if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        sets: list[str] = []
-        params: list[Any] = []
-        for name, value in values.items():
-            field = Operation._meta.get_field(name)
-            assert isinstance(field, Field)
-            sets.append(f'"{field.column}" = %s')
-            params.append(field.get_db_prep_save(value, connection))
-        params += [operation.pk, fencing_token]
-        events_sql, events_params = _event_select("moved", [event], now)
-        ctes, all_params = _with_extra(
-            f'WITH moved AS (UPDATE "{Operation._meta.db_table}" SET {", ".join(sets)} '
-            f"WHERE \"id\" = %s AND \"status\" = 'in_flight' AND \"fencing_token\" = %s "
-            f'RETURNING "id"), ev AS ({events_sql})', [*params, *events_params], extra)
-        moved = rows.fetchone(f'{ctes} SELECT "id" FROM moved', all_params) is not None
-    else:
-        written: OperationEvent | None = None
-        with transaction.atomic(savepoint=False):  # no SAVEPOINT inside the caller's
+    if not (connection.vendor == "postgresql" and not connection.in_atomic_block):
+        with transaction.atomic():
             moved = Operation.objects.filter(
                 pk=operation.pk, status=S.IN_FLIGHT, fencing_token=fencing_token
             ).update(**values) == 1
-            if moved:
-                written = OperationEvent.objects.create(operation_id=operation.pk,
-                                                        **event.values(now))
-                _extra_in_transaction(operation.pk, extra, "moved")
-    if not moved:
-        return None
+            if not moved:
+                return None
+            for name, value in values.items():
+                setattr(operation, name, value)
+            written = OperationEvent.objects.create(operation_id=operation.pk,
+                                                    **event.values(now))
+            _announce(operation, written)
+        return operation
+    sets: list[str] = []
+    params: list[Any] = []
+    for name, value in values.items():
+        field = Operation._meta.get_field(name)
+        assert isinstance(field, Field)
+        sets.append(f'"{field.column}" = %s')
+        params.append(field.get_db_prep_save(value, connection))
+    params += [operation.pk, fencing_token]
+    events_sql, events_params = _event_select("moved", [event], now, returning=True)
+    # The webhook's payload is the operation as this statement leaves it.
+    before = {name: getattr(operation, name) for name in values}
     for name, value in values.items():
         setattr(operation, name, value)
-    return operation, (written if not (connection.vendor == "postgresql"
-                                       and not connection.in_atomic_block) else None)
-
-
-def _finish_new_announced(operation: Operation, **kwargs: Any) -> Operation | None:
-    """_finish_new and the webhook outbox row (issue 8) in one transaction: the outbox needs
-    the event row, so the update and its event go out as two statements inside it."""
-    with transaction.atomic():
-        done = _finish_new(operation, **kwargs)
-        if done is None:
-            return None
-        _announce(*done)
-    return done[0]
+    outbox_sql, outbox_params = outbox.outbox_first_outcome_sql(
+        operation=operation, operation_source="moved", event_source="ev", now=now)
+    row = rows.fetchone(
+        f'WITH moved AS (UPDATE "{Operation._meta.db_table}" SET {", ".join(sets)} '
+        f"WHERE \"id\" = %s AND \"status\" = 'in_flight' AND \"fencing_token\" = %s "
+        f'RETURNING "id"), ev AS ({events_sql}), {outbox_sql} '
+        f'SELECT (SELECT "id" FROM moved), ARRAY(SELECT "id" FROM {outbox.DELIVERIES_CTE})',
+        [*params, *events_params, *outbox_params])
+    if row is None or row[0] is None:
+        for name, value in before.items():
+            setattr(operation, name, value)
+        return None
+    outbox.outbox_enqueue(row[1])
+    return operation
 
 
 def operation_claim(
@@ -530,7 +472,7 @@ def operation_succeed(
     fields = _resolution_fields(
         result=dict(result), provider_request_id=provider_request_id, error_class="")
     if never_unknown and fencing_token is not None and operation.status == S.IN_FLIGHT:
-        done = _finish_new_announced(
+        done = _finish_new(
             operation, fencing_token=fencing_token, to_status=S.SUCCEEDED, actor=actor,
             reason=reason, fields=fields, data=data)
         if done is not None:
@@ -562,7 +504,7 @@ def operation_fail(
     check) or unknown → failed (proven absent, or a staff decision). `never_unknown` as for
     operation_succeed."""
     if never_unknown and fencing_token is not None and operation.status == S.IN_FLIGHT:
-        done = _finish_new_announced(
+        done = _finish_new(
             operation, fencing_token=fencing_token, to_status=S.FAILED, actor=actor,
             reason=reason, data=data, fields=_resolution_fields(
                 result=None, provider_request_id=None, error_class=error_class))

@@ -21,9 +21,15 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from ledger import executor, versions
+from ledger import executor, versions, webhooks
 from ledger.auth import agent_revoke, credential_cache
-from ledger.models import AgentCredential, Operation
+from ledger.models import (
+    AgentCredential,
+    Operation,
+    WebhookDelivery,
+    WebhookEndpoint,
+    WebhookEvent,
+)
 from ledger.serializers import OperationSerializer, operation_resource
 from ledger.tools import get_tool
 from tests.conftest import refund_params, requires_postgres, submit_body
@@ -112,15 +118,14 @@ def test_fresh_action_is_two_write_transactions_without_savepoints_on_the_wire(a
     with on_the_wire() as wire:
         response = api.post("/api/v1/operations", submit_body(), format="json")
     assert response.status_code == 201
-    # The lookup; the intent recorded already claimed with both events (one autocommit
-    # statement); the fenced outcome, its event and the webhook outbox row (issue 8) in one
-    # transaction. No SAVEPOINT/RELEASE.
     # The lookup is the same prepared statement as warm()'s read (both by namespace and ID).
     assert wire.statements[0].lstrip('"').startswith(("SELECT", "(prepared earlier)"))
     assert "INSERT INTO" in wire.statements[1] and "ON CONFLICT" in wire.statements[1]
-    control = [s.strip('"').split()[0].upper() for s in wire.transaction_control]
-    assert control == ["BEGIN", "COMMIT"], wire.transaction_control
-    assert len(wire.statements) <= 9, wire.statements
+    # The lookup; the intent recorded already claimed with both events; the fenced outcome
+    # with its event and its webhook outbox rows. Each one autocommit statement: no
+    # BEGIN/COMMIT/SAVEPOINT.
+    assert wire.transaction_control == [], wire.statements
+    assert len(wire.statements) <= 5, wire.statements
     assert set(wire.ready[-1:]) == {"I"}
     assert write_transactions(OPERATION_ID) == 2
     reasons = list(Operation.objects.get(operation_id=OPERATION_ID).events.values_list(
@@ -138,8 +143,7 @@ def test_rejected_fresh_action_is_also_two_write_transactions(api, sandbox):
     with on_the_wire() as wire:
         response = api.post("/api/v1/operations", body, format="json")
     assert response.status_code == 201 and response.json()["status"] == "failed"
-    control = [s.strip('"').split()[0].upper() for s in wire.transaction_control]
-    assert control == ["BEGIN", "COMMIT"]
+    assert wire.transaction_control == [] and len(wire.statements) <= 5, wire.statements
     assert write_transactions(OPERATION_ID) == 2
 
 
@@ -296,51 +300,103 @@ def test_the_resource_renders_exactly_as_the_serializer_does(agent, status, rf):
 
 
 @pytest.fixture
-def outbox_stand_in() -> Iterator[None]:
-    """A hot-path row hook like issue 8's webhook outbox, writing a marker event per transition
-    (the event table stands in for an outbox table)."""
-    from ledger import transitions
+def endpoint(agent) -> Iterator[WebhookEndpoint]:
+    """An active webhook endpoint for the agent (a port nobody listens on: delivery is not what
+    these tests look at, and a delivery task enqueued here only reaches the test broker)."""
+    endpoint, _ = webhooks.endpoint_create(agent=agent, url="http://127.0.0.1:9/hooks")
+    yield endpoint
 
-    def hook(t: transitions.HotTransition) -> list[tuple[str, list[Any]]]:
-        return [(
-            'INSERT INTO ledger_operationevent (operation_id, from_status, to_status, actor, '
-            'fencing_token, reason, data, created_at) '
-            f'SELECT {t.source}."id", %s, %s, %s, %s, %s, %s, CURRENT_TIMESTAMP '
-            f'FROM {t.source}',
-            [t.to_status, t.to_status, "outbox", t.fencing_token, "outbox_row", "{}"],
-        )]
 
-    transitions.register_hot_path_rows(hook)
-    yield
-    transitions._hot_path_rows.remove(hook)
+def outbox_rows(operation_id: str) -> list[tuple[str, int]]:
+    """(event type, deliveries) of the operation's webhook events."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT w.type, count(d.id) FROM ledger_webhookevent w"
+            " JOIN ledger_operation o ON o.id = w.operation_id"
+            " LEFT JOIN ledger_webhookdelivery d ON d.event_id = w.id"
+            " WHERE o.operation_id = %s GROUP BY w.id, w.type ORDER BY w.id", [operation_id])
+        return [(kind, int(n)) for kind, n in cursor.fetchall()]
+
+
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+def test_the_webhook_outbox_rows_go_out_in_the_outcomes_one_statement(api, sandbox, endpoint):
+    warm(api)
+    with on_the_wire() as wire:
+        response = api.post("/api/v1/operations", submit_body(), format="json")
+    assert response.status_code == 201
+    assert len(wire.statements) <= 5 and wire.transaction_control == [], wire.statements
+    assert outbox_rows(OPERATION_ID) == [("operation.succeeded", 1)]
+    with connection.cursor() as cursor:
+        # The outcome's commit wrote the status change, its event, the webhook event and its
+        # delivery: one transaction ID on all four.
+        cursor.execute(
+            "SELECT count(DISTINCT x) FROM ("
+            " SELECT o.xmin::text AS x FROM ledger_operation o WHERE o.operation_id = %s"
+            " UNION ALL SELECT e.xmin::text FROM ledger_operationevent e"
+            "  JOIN ledger_operation o ON o.id = e.operation_id"
+            "  WHERE o.operation_id = %s AND e.to_status = 'succeeded'"
+            " UNION ALL SELECT w.xmin::text FROM ledger_webhookevent w"
+            "  JOIN ledger_operation o ON o.id = w.operation_id WHERE o.operation_id = %s"
+            " UNION ALL SELECT d.xmin::text FROM ledger_webhookdelivery d"
+            "  JOIN ledger_webhookevent w ON w.id = d.event_id"
+            "  JOIN ledger_operation o ON o.id = w.operation_id WHERE o.operation_id = %s) t",
+            [OPERATION_ID] * 4)
+        assert cursor.fetchone()[0] == 1
+    assert write_transactions(OPERATION_ID) == 2
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_hot_path_row_hook_writes_in_the_same_commits(api, sandbox, outbox_stand_in):
+def test_a_fresh_outcome_writes_its_webhook_event_and_deliveries(api, sandbox, endpoint, agent):
+    removed, _ = webhooks.endpoint_create(agent=agent, url="http://127.0.0.1:9/removed")
+    webhooks.endpoint_remove(endpoint=removed)
     warm(api)
     with mock.patch.object(connection, "commit", wraps=connection.commit) as commit:
         response = api.post("/api/v1/operations", submit_body(), format="json")
     assert response.status_code == 201
-    events = Operation.objects.get(operation_id=OPERATION_ID).events
-    assert list(events.filter(reason="outbox_row").values_list("to_status", flat=True)
-                .order_by("to_status")) == ["in_flight", "prepared", "succeeded"]
+    operation = Operation.objects.get(operation_id=OPERATION_ID)
+    event = WebhookEvent.objects.get()
+    assert event.type == "operation.succeeded" and event.operation_id == operation.pk
+    assert event.event_id.startswith("evt_")
+    assert event.operation_event == operation.events.get(to_status="succeeded")
+    urls = {"url", "status_url"}  # relative in the payload unless LEDGER_PUBLIC_BASE_URL is set
+    assert ({k: v for k, v in event.payload["data"].items() if k not in urls}
+            == {k: v for k, v in response.json().items() if k not in urls})
+    assert event.payload["data"]["status"] == "succeeded"
+    assert list(WebhookDelivery.objects.values_list("endpoint_id", "status", "attempts")) == [
+        (endpoint.pk, "pending", 0)]
     if connection.vendor == "postgresql":
-        assert write_transactions(OPERATION_ID) == 2  # no commit of their own
+        assert write_transactions(OPERATION_ID) == 2
     else:
         assert commit.call_count == 2
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_hot_path_row_hook_writes_nothing_when_the_id_is_taken(agent, sandbox,
-                                                                 outbox_stand_in):
+def test_a_rejected_fresh_outcome_announces_operation_failed(api, sandbox, endpoint):
+    warm(api)
+    body = submit_body(params=refund_params(memo="sandbox:reject"))
+    assert api.post("/api/v1/operations", body, format="json").json()["status"] == "failed"
+    assert list(WebhookEvent.objects.values_list("type", flat=True)) == ["operation.failed"]
+    assert WebhookDelivery.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stale_fresh_outcome_writes_no_outbox_rows(agent, sandbox, endpoint):
+    """The fenced statement matched nothing (the lease was taken over): neither the change, its
+    event nor a webhook for it is written, and the in-memory row is left as it was."""
     from ledger import transitions
 
-    values = factories.row_values(OPERATION_ID)
-    transitions.operation_record(agent=agent, values=values)
     operation, claim = transitions.operation_record_and_claim(
-        agent=agent, values=values, worker="w", lease_seconds=60)
-    assert claim is None
-    assert operation.events.filter(reason="outbox_row").count() == 1  # the first record's only
+        agent=agent, values=factories.row_values(OPERATION_ID), worker="w", lease_seconds=60)
+    assert claim is not None
+    Operation.objects.filter(pk=operation.pk).update(fencing_token=2)  # someone else's claim
+    done = transitions._finish_new(
+        operation, fencing_token=1, to_status=Operation.Status.SUCCEEDED, actor="w",
+        reason="provider_confirmed", data=None, fields={"result": {}, "error_class": ""})
+    assert done is None and operation.status == Operation.Status.IN_FLIGHT
+    assert not WebhookEvent.objects.exists() and not WebhookDelivery.objects.exists()
+    assert list(operation.events.values_list("to_status", flat=True)) == ["prepared",
+                                                                          "in_flight"]
 
 
 @pytest.mark.parametrize("body", [
