@@ -177,16 +177,17 @@ class Operation(models.Model):
                 name="operation_prepared_idx",
                 condition=Q(status="prepared"),
             ),
-            # The operators' explorer: search by run ID across namespaces.
-            models.Index(fields=["run_id", "created_at"], name="operation_run_idx"),
+            # A run's page in a namespace, in keyset order (GET /runs/{run_id}/operations:
+            # namespace and run_id equal, ordered by id), and the operators' explorer's search
+            # by run ID across namespaces (run_id equal, one arm of its BitmapOr). One index
+            # for both: run_id first.
+            models.Index(fields=["run_id", "namespace", "id"], name="operation_run_idx"),
             # The retention job: terminal rows not yet redacted, by when they were resolved.
             models.Index(
                 fields=["resolved_at"],
                 name="operation_retention_idx",
                 condition=Q(status__in=["succeeded", "failed"], params_redacted_at__isnull=True),
             ),
-            # A run's page in a namespace, in keyset order (GET /runs/{run_id}/operations).
-            models.Index(fields=["namespace", "run_id", "id"], name="operation_ns_run_idx"),
             # The first unresolved operation of a run, without reading the resolved ones.
             models.Index(
                 fields=["namespace", "run_id", "id"],
@@ -353,7 +354,9 @@ class WebhookEvent(AppendOnlyModel):
         AWAITING_REVIEW = "operation.awaiting_review", "operation.awaiting_review"
         RESOLVED = "operation.resolved", "operation.resolved"
 
-    event_id = models.CharField(max_length=40, unique=True, default=new_webhook_event_id)
+    # Unique by a constraint, not unique=True: on PostgreSQL that would add a second
+    # (varchar_pattern_ops) index for LIKE queries nobody makes.
+    event_id = models.CharField(max_length=40, default=new_webhook_event_id)
     agent = models.ForeignKey(AgentCredential, on_delete=models.PROTECT,
                               related_name="webhook_events")
     operation = models.ForeignKey(Operation, on_delete=models.PROTECT,
@@ -368,6 +371,9 @@ class WebhookEvent(AppendOnlyModel):
 
     class Meta:
         ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["event_id"], name="webhook_event_id_uniq"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.event_id} {self.type} ({self.operation_id})"

@@ -455,3 +455,22 @@ def test_the_throttle_counts_in_a_window_that_reopens_a_period_later(api, frozen
     assert int(codes[2]["Retry-After"]) == 60
     assert still.status_code == 429 and int(still["Retry-After"]) == 40
     assert reopened.status_code == 404
+
+
+@pytest.mark.parametrize("operation_id", [
+    OPERATION_ID, "a:b", "wf 1:x", "x%2Fy", "caf\u00e9:1", "!$&'()*+,;=~@", "q?x#y",
+])
+def test_resource_urls_are_built_exactly_as_reverse_builds_them(operation_id):
+    from django.urls import reverse, set_script_prefix
+
+    from ledger.serializers import url_with_arg
+
+    for prefix in ("/", "/ledger/"):
+        set_script_prefix(prefix)
+        try:
+            assert url_with_arg("api:operation-detail", operation_id) == reverse(
+                "api:operation-detail", args=[operation_id])
+            assert url_with_arg("portal:status", "abc123") == reverse("portal:status",
+                                                                      args=["abc123"])
+        finally:
+            set_script_prefix("/")
