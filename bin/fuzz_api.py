@@ -22,6 +22,9 @@ from serve import wait_for  # bin/ is this script's directory, so on sys.path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+# The slowest answer the API gives on purpose: a long poll's wait (ledger.api.MAX_WAIT_SECONDS,
+# 30 s), with a margin.
+LONGEST_ANSWER_SECONDS = 40
 
 
 def free_port() -> int:
@@ -77,6 +80,10 @@ def main() -> int:
                 f"http://127.0.0.1:{web_port}/api/schema/",
                 "--header", f"Authorization: Bearer {token}",
                 "--checks", "all", "--max-examples", str(args.max_examples), "--no-color",
+                # A long poll (GET …?wait=, at most 30 s) answers slowly by design: give it
+                # time rather than count it as a network error (Schemathesis's default is 10 s).
+                "--request-timeout", str(LONGEST_ANSWER_SECONDS),
+                "--max-response-time", str(LONGEST_ANSWER_SECONDS),
             ]
             if args.seed is not None:
                 command += ["--seed", str(args.seed)]

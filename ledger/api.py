@@ -159,7 +159,8 @@ MAX_WAIT_SECONDS = 30
 class OperationDetailApi(APIView):
     @extend_schema(
         parameters=[OpenApiParameter(
-            "wait", int, required=False,
+            "wait", {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_SECONDS},
+            required=False,
             description="Long-poll: answer as soon as the status changes, or after this many "
                         "seconds (0-30) with the current state."
         )],
@@ -169,7 +170,10 @@ class OperationDetailApi(APIView):
     )
     def get(self, request: Request, operation_id: str) -> Response:
         raw_wait = request.query_params.get("wait", "0")
-        if not raw_wait.isdigit() or int(raw_wait) > MAX_WAIT_SECONDS:
+        # ASCII digits only (str.isdigit() takes "²", which int() refuses), and no more of
+        # them than 30 needs (int() refuses a string of thousands of digits).
+        if not (raw_wait.isascii() and raw_wait.isdigit()) or len(raw_wait.lstrip("0")) > 2 \
+                or int(raw_wait) > MAX_WAIT_SECONDS:
             return _invalid({"wait": [f"must be a whole number of seconds from 0 to "
                                       f"{MAX_WAIT_SECONDS}"]})
         agent = request_agent(request)

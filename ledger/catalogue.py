@@ -104,6 +104,10 @@ def _message(error: ValidationError) -> str:
         words = [_TYPE_WORDS.get(t, t) for t in ([expected] if isinstance(expected, str)
                                                  else expected)]
         return f"must be {' or '.join(words)}"
+    if kind == "enum":
+        # Worded here, not in the table below: the table's entries are all built for every
+        # error, and a number (maxLength's 20000) is no list of choices.
+        return "must be one of " + ", ".join(str(v) for v in expected or ())
     return {
         "maxLength": f"must be at most {expected} characters",
         "minLength": f"must be at least {expected} characters",
@@ -113,7 +117,6 @@ def _message(error: ValidationError) -> str:
         "exclusiveMaximum": f"must be less than {expected}",
         "pattern": "has an invalid format",
         "format": "has an invalid format",
-        "enum": "must be one of " + ", ".join(str(v) for v in expected or ()),
         "const": "has the wrong value",
     }.get(str(kind), f"does not satisfy {kind}")
 

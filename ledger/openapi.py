@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ledger.executor import HIDDEN_CATEGORIES
+from ledger.serializers import ERROR_CLASS_PATTERN
 
 PROBLEM = "application/problem+json"
 PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
@@ -69,6 +70,7 @@ ERRORS: dict[str, tuple[str, dict[str, Any]]] = {
     "405": ("Method not allowed.", {}),
     "406": ("Not acceptable.", {}),
     "413": ("Request body too large.", {}),
+    "414": ("Request line too long (refused by the web server, before the API).", {}),
     "415": ("Unsupported media type: send application/json.", {}),
     "422": ("Same operation ID, different intent: `differences` lists the fields.", {}),
     "429": ("Throttled (per agent, or failed authentications per address).",
@@ -81,7 +83,9 @@ ERRORS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 # Which errors each operation can give (besides the ones every operation can).
 # (404 everywhere: a path with a control character names nothing, whatever the route.)
-EVERYWHERE = ("400", "401", "404", "405", "406", "429", "500", "503")
+EVERYWHERE = ("400", "401", "404", "405", "406", "414", "429", "500", "503")
+# Answered by gunicorn (limit_request_line), not by the API: an HTML page, not a problem.
+NOT_PROBLEM_JSON = {"414": {"text/html": {"schema": {"type": "string"}}}}
 PER_OPERATION = {
     "v1_operations_create": ("403", "413", "415", "422"),
 }
@@ -160,7 +164,12 @@ def params_schema(tool: Any) -> dict[str, Any]:
     """The tool's params as JSON Schema: the catalogue's own when it has one."""
     declared = getattr(tool, "params_schema", None)
     if isinstance(declared, Mapping):
-        return _with_text_constraints(_thaw(declared), set(tool.intent_fields))
+        schema = _with_text_constraints(_thaw(declared), set(tool.intent_fields))
+        required = set(schema.get("required", ()))
+        for name, prop in schema.get("properties", {}).items():
+            if name not in required and isinstance(prop, dict):
+                prop["nullable"] = True  # null is taken as "not given" (Tool.validate)
+        return schema
     intent = set(tool.intent_fields)
     properties = {}
     for name, spec in tool.schema.items():
@@ -199,6 +208,35 @@ def _submission_variants(result: dict[str, Any]) -> list[dict[str, Any]]:
     return variants
 
 
+def _outcome_variants(schemas: dict[str, Any]) -> None:
+    """The outcome body, one variant per status: `failed` must name the definitive provider
+    rejection (error_class required, not blank), which one flat object cannot say."""
+    base = schemas["Outcome"]
+    properties = base["properties"]
+    result = properties["result"]
+    # The outcome's free-form result is whatever JSON the provider answered; that it holds no
+    # NUL only prose can say (OpenAPI 3.0 has no propertyNames; schemathesis.toml: no NUL).
+    result["description"] = ("The provider's answer, any JSON object. No NUL character "
+                             "(U+0000) in a name or a text.")
+    result["additionalProperties"] = {}
+    # The parser refuses a NUL anywhere in the body.
+    properties["provider_reference"]["pattern"] = "^[^\\u0000]*$"
+    variants = []
+    for status in schemas[properties["status"]["$ref"].rsplit("/", 1)[1]]["enum"]:
+        variant = copy.deepcopy(base)
+        variant["properties"]["status"] = {"type": "string", "enum": [status]}
+        if status == "failed":
+            variant["properties"]["error_class"] = {
+                "type": "string", "pattern": ERROR_CLASS_PATTERN,
+                "description": "Which definitive provider rejection proved that nothing "
+                               "happened (otherwise report unknown)."}
+            variant["required"] = [*variant["required"], "error_class"]
+        variant["description"] = f"Report the outcome `{status}`."
+        schemas[f"Outcome_{status}"] = variant
+        variants.append({"$ref": f"#/components/schemas/Outcome_{status}"})
+    schemas["Outcome"] = {"oneOf": variants, "description": base.get("description", "")}
+
+
 def postprocess(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict:
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     schemas["Problem"] = PROBLEM_SCHEMA
@@ -207,11 +245,8 @@ def postprocess(result: dict[str, Any], generator: Any, request: Any, public: bo
     for name in ("Heartbeat", "Outcome"):
         if name in schemas:
             schemas[name]["additionalProperties"] = False
-    outcome_result = schemas.get("Outcome", {}).get("properties", {}).get("result")
-    if outcome_result is not None:
-        outcome_result["propertyNames"] = {"pattern": f"^[^{hidden_characters_class()}]*$"}
-        outcome_result["additionalProperties"] = {"type": ["string", "number", "boolean", "null"],
-                                          "pattern": "^[^\\u0000]*$"}
+    if "Outcome" in schemas:
+        _outcome_variants(schemas)
     for path_item in result.get("paths", {}).values():
         for operation in path_item.values():
             _document_operation(result, operation)
@@ -227,7 +262,7 @@ def _document_operation(result: dict[str, Any], operation: dict[str, Any]) -> No
         responses[status] = {
             "description": existing.get("description") or description,
             "headers": {**headers, "X-Request-ID": REQUEST_ID},
-            "content": {PROBLEM: {"schema": PROBLEM_REF}},
+            "content": NOT_PROBLEM_JSON.get(status, {PROBLEM: {"schema": PROBLEM_REF}}),
         }
     for status, response in responses.items():
         if status.startswith("2"):

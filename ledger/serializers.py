@@ -62,6 +62,16 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer, never a string or a float coerced to one (DRF's IntegerField takes "5"
+    and 5.0), nor a boolean: what the OpenAPI document says is an integer must be one."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if not isinstance(data, int) or isinstance(data, bool):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class ExactIdentifierField(StrictCharField):
     """An identifier taken exactly as sent: never trimmed (DRF trims by default), refused when
     it has surrounding whitespace or control, invisible or bidirectional characters. The
@@ -183,8 +193,18 @@ class ClaimSerializer(serializers.Serializer):
     idempotency_key = serializers.CharField()
 
 
+# The largest token the ledger can hold (Operation.fencing_token, OperationEvent.fencing_token
+# are PositiveBigIntegerField: a signed 64-bit column). A larger one names no claim and could
+# not even be kept as evidence (the database refuses it), so it is refused as invalid.
+MAX_FENCING_TOKEN = 2**63 - 1
+
+
+def fencing_token_field() -> serializers.IntegerField:
+    return StrictIntegerField(min_value=1, max_value=MAX_FENCING_TOKEN)
+
+
 class HeartbeatSerializer(_NoUnknownFields):
-    fencing_token = serializers.IntegerField(min_value=1)
+    fencing_token = fencing_token_field()
 
 
 class HeartbeatResponseSerializer(serializers.Serializer):
@@ -198,13 +218,15 @@ ERROR_CLASS_PATTERN = r"^[A-Za-z0-9_.:-]{1,100}$"
 
 
 class OutcomeSerializer(_NoUnknownFields):
-    fencing_token = serializers.IntegerField(min_value=1)
+    fencing_token = fencing_token_field()
     status = serializers.ChoiceField(choices=["succeeded", "failed", "unknown"])
     result = serializers.DictField(required=False, default=dict)
-    provider_reference = serializers.CharField(max_length=200, required=False, default="",
-                                               allow_blank=True)
-    error_class = serializers.RegexField(ERROR_CLASS_PATTERN, required=False, default="",
-                                         allow_blank=True)
+    # Strict: a number where the document says string is refused, not turned into text.
+    provider_reference = StrictCharField(max_length=200, required=False, default="",
+                                         allow_blank=True, trim_whitespace=True)
+    error_class = StrictCharField(
+        required=False, default="", allow_blank=True,
+        validators=[FullMatchValidator(ERROR_CLASS_PATTERN, message="has an invalid format")])
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         attrs = super().validate(attrs)

@@ -155,3 +155,29 @@ def test_a_number_where_a_string_belongs_is_refused_not_coerced(api, sandbox, fi
     assert response.status_code == 400
     assert field in response.json()["errors"]
     assert_nothing_written()
+
+
+def test_a_param_over_its_max_length_is_a_400_not_a_500(api, sandbox):
+    # Every error but `enum` built "must be one of …" from the limit too, and a number is no
+    # list: a 20 001-character e-mail body was a 500 (Schemathesis).
+    params = {"to": "a@example.com", "template": "welcome", "subject": "Hi", "body": "0" * 20_001}
+
+    response = api.post("/api/v1/operations", submit_body(tool="send_email", params=params),
+                        format="json")
+
+    assert response.status_code == 400, response.content
+    assert response["Content-Type"] == PROBLEM
+    assert response.json()["errors"]["params.body"] == "must be at most 20000 characters"
+    assert_nothing_written()
+    assert sandbox.request_counts()["total"] == 0
+
+
+@pytest.mark.parametrize("wait", ["\u00b2", "\u0663", "9" * 5_000, "31", "-1"])
+def test_a_wait_that_is_not_0_to_30_ascii_seconds_is_a_400(api, wait):
+    # "²".isdigit() is true and int("²") raises; int() of 5 000 digits raises too.
+    response = api.get(f"/api/v1/operations/wf-1:a?wait={wait}")
+
+    assert response.status_code == 400, response.content
+    assert response["Content-Type"] == PROBLEM
+    assert "wait" in response.json()["errors"]
+    assert_nothing_written()

@@ -78,6 +78,69 @@ def test_the_submission_body_carries_each_tools_constraints(schema):
     assert refund["operation_id"]["maxLength"] == 200
 
 
+def body_validator(schema, component_name):
+    """A JSON Schema validator for a request body component, its $refs resolved in the
+    document (OpenAPI 3.0's schemas are close to Draft 4; no body here is null)."""
+    return jsonschema.Draft4Validator(
+        {"$ref": f"#/components/schemas/{component_name}", "components": schema["components"]})
+
+
+def test_the_document_is_valid_openapi_3_0(schema):
+    # A 3.1 type list and propertyNames on the outcome's result made it invalid: Schemathesis
+    # reads 3.0 schemas as Draft 4 and ignored the key constraint.
+    from drf_spectacular.validation import validate_schema
+
+    assert schema["openapi"] == "3.0.3"
+    validate_schema(schema)
+
+
+def test_the_outcome_body_says_failed_needs_an_error_class(schema):
+    # One flat object let Schemathesis send {"status": "failed"}, which the API refuses.
+    request_body = schema["paths"]["/api/v1/operations/{operation_id}/outcome"]["post"][
+        "requestBody"]["content"]["application/json"]["schema"]
+    validator = body_validator(schema, request_body["$ref"].rsplit("/", 1)[1])
+
+    assert not validator.is_valid({"fencing_token": 1, "status": "failed"})
+    assert not validator.is_valid({"fencing_token": 1, "status": "failed", "error_class": ""})
+    assert validator.is_valid({"fencing_token": 1, "status": "failed",
+                               "error_class": "card_declined"})
+    assert validator.is_valid({"fencing_token": 1, "status": "succeeded"})
+    assert validator.is_valid({"fencing_token": 1, "status": "unknown", "error_class": ""})
+    assert not validator.is_valid({"fencing_token": 1, "status": "succeeded", "extra": 1})
+
+
+@pytest.mark.parametrize(("path", "rest"), [
+    ("/api/v1/operations/{operation_id}/outcome", {"status": "succeeded"}),
+    ("/api/v1/operations/{operation_id}/heartbeat", {}),
+])
+def test_the_fencing_token_is_bounded_by_what_the_database_holds(schema, path, rest):
+    request_body = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+    validator = body_validator(schema, request_body["schema"]["$ref"].rsplit("/", 1)[1])
+    assert validator.is_valid({"fencing_token": 2**63 - 1, **rest})
+    assert not validator.is_valid({"fencing_token": 2**63, **rest})
+
+
+def test_the_long_poll_wait_is_documented_as_0_to_30(schema):
+    parameters = schema["paths"]["/api/v1/operations/{operation_id}"]["get"]["parameters"]
+    wait = next(p for p in parameters if p["name"] == "wait")
+    assert wait["schema"] == {"type": "integer", "minimum": 0, "maximum": 30}
+
+
+def test_an_optional_param_may_be_null_as_documented(schema, api, sandbox):
+    # Tool.validate takes null as "not given"; the catalogue's schema did not say so.
+    body = schema["paths"]["/api/v1/operations"]["post"]["requestBody"]["content"]
+    variants = [component(schema, v["$ref"]) for v in body["application/json"]["schema"]["oneOf"]]
+    email = next(v for v in variants if v["properties"]["tool"]["enum"] == ["send_email"])
+    properties = email["properties"]["params"]["properties"]
+    assert properties["body"]["nullable"] is True
+    assert "nullable" not in properties["to"]
+
+    response = api.post("/api/v1/operations", submit_body(tool="send_email", params={
+        "to": "a@example.com", "template": "welcome", "subject": "Hi", "body": None}),
+        format="json")
+    assert response.status_code == 201, response.content
+
+
 def test_a_refusal_matches_the_problem_schema(api, schema, sandbox):
     problem_schema = schema["components"]["schemas"]["Problem"]
     answers = [
