@@ -10,12 +10,13 @@ get_db_prep_save() and come back through the same converters the ORM applies.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from django.db import connections
+from django.db import connections, models
 from django.db.models import Field, Model
 
 ONLY_EXPLICIT = 2**31 - 1
@@ -72,7 +73,7 @@ def insert_params(model: type[Model], values: Mapping[str, Any], alias: str = "d
     params = []
     for field in insert_fields(model):
         value = values[field.attname] if field.attname in values else field.get_default()
-        params.append(field.get_db_prep_save(value, connection))
+        params.append(prep_save(field, connection.vendor)(value, connection))
     return params
 
 
@@ -80,7 +81,50 @@ def insert_params_for(fields: Iterable[Field[Any, Any]], values: Mapping[str, An
                       alias: str = "default") -> list[Any]:
     """Parameters for these fields from values keyed by attname (every field must be there)."""
     connection = connections[alias]
-    return [f.get_db_prep_save(values[f.attname], connection) for f in fields]
+    vendor = connection.vendor
+    return [prep_save(f, vendor)(values[f.attname], connection) for f in fields]
+
+
+_PLAIN_TYPES: dict[type[Any], tuple[type[Any], ...]] = {
+    models.CharField: (str,),
+    models.TextField: (str,),
+    models.BooleanField: (bool,),
+    models.IntegerField: (int,),
+    models.SmallIntegerField: (int,),
+    models.BigIntegerField: (int,),
+    models.PositiveIntegerField: (int,),
+    models.PositiveSmallIntegerField: (int,),
+    models.PositiveBigIntegerField: (int,),
+    models.DateTimeField: (dt.datetime,),
+}
+
+
+@cache
+def prep_save(field: Field[Any, Any], vendor: str) -> Callable[[Any, Any], Any]:
+    """field.get_db_prep_save, or on PostgreSQL for a plain field (exactly one of the classes
+    above, no subclass with its own conversion) a shortcut that passes a value of its plain type
+    through as it is (an int wrapped in its typed psycopg class) — which is what
+    get_db_prep_save returns for it there, after a dozen calls. Anything else (None, a naive
+    datetime, a str for an integer column, JSON, other backends) takes get_db_prep_save.
+    tests/ledger/test_efficiency.py checks the two agree for every hot-path column."""
+    slow = field.get_db_prep_save
+    plain = _PLAIN_TYPES.get(type(field))
+    if vendor != "postgresql" or plain is None:
+        return slow
+    kind = plain[0]
+    aware = kind is dt.datetime  # a naive datetime takes the slow path (and its warning)
+    # Integers go out typed (psycopg's Int2/Int4/Int8), as Django's PostgreSQL backend sends
+    # them: connection.ops.integerfield_type_map by the column's internal type.
+    integer = field.get_internal_type() if kind is int else None
+
+    def fast(value: Any, connection: Any) -> Any:
+        if type(value) is kind and not (aware and value.tzinfo is None):
+            if integer is not None:
+                return connection.ops.integerfield_type_map[integer](value)
+            return value
+        return slow(value, connection)
+
+    return fast
 
 
 def column_list(fields: Iterable[Field[Any, Any]], prefix: str = "") -> str:

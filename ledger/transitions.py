@@ -387,7 +387,7 @@ def _finish_new(
         field = Operation._meta.get_field(name)
         assert isinstance(field, Field)
         sets.append(f'"{field.column}" = %s')
-        params.append(field.get_db_prep_save(value, connection))
+        params.append(rows.prep_save(field, connection.vendor)(value, connection))
     params += [operation.pk, fencing_token]
     events_sql, events_params = _event_select("moved", [event], now, returning=True)
     # The webhook's payload is the operation as this statement leaves it.

@@ -474,3 +474,43 @@ def test_resource_urls_are_built_exactly_as_reverse_builds_them(operation_id):
                                                                       args=["abc123"])
         finally:
             set_script_prefix("/")
+
+
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.filterwarnings("ignore:DateTimeField .* received a naive datetime")
+def test_the_hot_paths_parameter_shortcut_agrees_with_get_db_prep_save(api, sandbox, endpoint):
+    """rows.prep_save passes plain values through on PostgreSQL; for every column the hot path
+    writes, with the values a real fresh action wrote (and the awkward ones: None, a naive
+    datetime, a bool or a str where an integer goes), it gives what get_db_prep_save gives."""
+    import datetime as dt
+
+    from django.core.exceptions import ValidationError
+
+    from ledger import rows
+    from ledger.models import OperationEvent
+
+    assert api.post("/api/v1/operations", submit_body(), format="json").status_code == 201
+    operation = Operation.objects.get(operation_id=OPERATION_ID)
+    samples = [operation, *operation.events.all(), *WebhookEvent.objects.all(),
+               *WebhookDelivery.objects.all()]
+    assert {type(s) for s in samples} == {Operation, OperationEvent, WebhookEvent,
+                                          WebhookDelivery}
+    awkward = [None, dt.datetime(2026, 11, 30, 12, 0), True, "7", 7, "text",
+               dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)]
+    checked = 0
+    for sample in samples:
+        for column in type(sample)._meta.concrete_fields:
+            shortcut = rows.prep_save(column, "postgresql")
+            for value in [getattr(sample, column.attname), *awkward]:
+                try:
+                    expected = column.get_db_prep_save(value, connection)
+                except (TypeError, ValueError, ValidationError):
+                    continue  # a value this column cannot take at all
+                got = shortcut(value, connection)
+                assert type(got) is type(expected), (column, value)
+                # psycopg's Jsonb wrapper has no equality of its own: compare what it wraps.
+                assert getattr(got, "obj", got) == getattr(expected, "obj", expected), (
+                    column, value)
+                checked += 1
+    assert checked > 100

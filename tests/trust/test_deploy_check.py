@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
 
 GOOD_KEY = "k3Y-" + "production-secret-for-the-check-" + "abcdefghijklmnopqrstuvwxyz"
 
@@ -50,3 +53,20 @@ def test_the_wsgi_application_refuses_to_start_with_a_short_key(tmp_path):
                             text=True, env=env, timeout=60)
     assert result.returncode != 0
     assert "ImproperlyConfigured" in result.stderr
+
+
+def test_database_test_name_names_the_suites_postgresql_database(tmp_path):
+    """README: `DATABASE_TEST_NAME` runs the suite on a named PostgreSQL database."""
+    script = ("import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', "
+              "'config.settings'); django.setup(); from django.conf import settings; "
+              "print(settings.DATABASES['default']['TEST']['NAME'])")
+    base = {k: v for k, v in os.environ.items() if k != "DATABASE_TEST_NAME"} | {
+        "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/agent_ledger",
+        "LEDGER_VAR_DIR": str(tmp_path)}
+    named = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                           text=True, timeout=60, check=True,
+                           env=base | {"DATABASE_TEST_NAME": "ledger_suite_named"})
+    default = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                             text=True, timeout=60, check=True, env=base)
+    assert named.stdout.strip() == "ledger_suite_named"
+    assert default.stdout.strip().startswith("test_agent_ledger_")

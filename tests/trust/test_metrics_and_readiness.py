@@ -4,6 +4,7 @@ and readiness: database, broker, and sweeps within three intervals."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
 import subprocess
@@ -154,3 +155,71 @@ def test_the_reconcile_command_records_its_sweeps(db, sweep):
 
     call_command("reconcile", stdout=StringIO())
     assert health.last_sweep_finished_at(sweep)[sweep] is not None
+
+
+READYZ = textwrap.dedent("""
+    import json, os
+    import django
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    django.setup()
+    from django.test import Client
+    response = Client(raise_request_exception=False).get("/readyz")
+    print(json.dumps({"status": response.status_code, "body": response.json()}))
+""")
+
+
+def test_not_ready_when_the_database_is_unreachable(tmp_path):
+    """A real process whose database does not answer (nothing listens on port 1)."""
+    env = os.environ | {"DATABASE_URL": "postgres://postgres@127.0.0.1:1/agent_ledger",
+                        "LEDGER_VAR_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", READYZ], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60, check=True)
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer == {"status": 503,
+                      "body": {"status": "unavailable", "database": "unreachable"}}
+
+
+LIVE_GAUGE_WRITER = textwrap.dedent("""
+    import os
+    from prometheus_client import Gauge
+    Gauge("ledger_test_live", "a live gauge", multiprocess_mode="livesum").set(5)
+    print(os.getpid())
+""")
+
+
+def live_gauge_files(metrics_dir: Path, tmp_path: Path) -> tuple[int, list[Path]]:
+    env = os.environ | {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
+    done = subprocess.run([sys.executable, "-c", LIVE_GAUGE_WRITER], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60, check=True)
+    pid = int(done.stdout.strip())
+    return pid, list(metrics_dir.glob(f"gauge_live*_{pid}.db"))
+
+
+def test_gunicorn_drops_a_dead_workers_live_gauges(tmp_path, monkeypatch):
+    import runpy
+    from types import SimpleNamespace
+
+    metrics_dir = tmp_path / "prometheus"
+    metrics_dir.mkdir()
+    pid, files = live_gauge_files(metrics_dir, tmp_path)
+    assert len(files) == 1
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(metrics_dir))
+    conf = runpy.run_path(str(ROOT / "deploy" / "gunicorn.conf.py"))
+
+    conf["child_exit"](SimpleNamespace(pid=os.getpid()), SimpleNamespace(pid=pid))
+
+    assert not files[0].exists()
+
+
+def test_celery_drops_a_finished_pool_processs_live_gauges(tmp_path, monkeypatch):
+    from celery import signals
+
+    metrics_dir = tmp_path / "prometheus"
+    metrics_dir.mkdir()
+    pid, files = live_gauge_files(metrics_dir, tmp_path)
+    assert len(files) == 1
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(metrics_dir))
+
+    signals.worker_process_shutdown.send(sender=None, pid=pid, exitcode=0)
+
+    assert not files[0].exists()
