@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Iterable
+from functools import cache
 from typing import Any
 
 from django.conf import settings
@@ -105,15 +106,25 @@ def outbox_first_outcome_sql(*, operation: Operation, operation_source: str, eve
     Returns `we AS (…), dl AS (…)`: the event, and one delivery per active endpoint of the
     agent (DELIVERIES_CTE, RETURNING their ids for outbox_enqueue)."""
     event_type = T.SUCCEEDED if operation.status == S.SUCCEEDED else T.FAILED
-    event_fields = [f for f in rows.insert_fields(WebhookEvent)
-                    if f.name not in {"operation", "operation_event"}]
+    sql, event_fields, delivery_fields = _first_outcome_sql(operation_source, event_source)
     event_values = {"event_id": WebhookEvent._meta.get_field("event_id").get_default(),
                     "agent_id": operation.agent_id, "type": event_type,
                     "payload": _payload(operation, event_type, now), "created_at": now}
-    delivery_fields = [f for f in rows.insert_fields(WebhookDelivery)
-                       if f.name not in {"event", "endpoint"}]
     delivery_values = {f.attname: f.get_default() for f in delivery_fields} | {
         "next_attempt_at": now, "created_at": now}
+    params = [*rows.insert_params_for(event_fields, event_values),
+              *rows.insert_params_for(delivery_fields, delivery_values),
+              operation.agent_id]
+    return sql, params
+
+
+@cache
+def _first_outcome_sql(operation_source: str, event_source: str,
+                       ) -> tuple[str, tuple[Any, ...], tuple[Any, ...]]:
+    event_fields = tuple(f for f in rows.insert_fields(WebhookEvent)
+                         if f.name not in {"operation", "operation_event"})
+    delivery_fields = tuple(f for f in rows.insert_fields(WebhookDelivery)
+                            if f.name not in {"event", "endpoint"})
     endpoints = WebhookEndpoint._meta
     sql = (
         f'we AS (INSERT INTO "{WebhookEvent._meta.db_table}" '
@@ -127,10 +138,7 @@ def outbox_first_outcome_sql(*, operation: Operation, operation_source: str, eve
         f'FROM we CROSS JOIN "{endpoints.db_table}" e '
         f'WHERE e."agent_id" = %s AND e."is_active" RETURNING "id")'
     )
-    params = [*rows.insert_params_for(event_fields, event_values),
-              *rows.insert_params_for(delivery_fields, delivery_values),
-              operation.agent_id]
-    return sql, params
+    return sql, event_fields, delivery_fields
 
 
 def operation_resource(operation: Operation) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from django.db import connection, transaction
@@ -267,22 +268,40 @@ def _event_select(source: str, events: Sequence[_EventRow], now: dt.datetime, *,
     """`INSERT INTO events … SELECT <source>.id, v.* FROM <source> CROSS JOIN (VALUES …)`, the
     events numbered so their ids follow their order."""
     fields = _event_fields()
-    fk = OperationEvent._meta.get_field("operation")
-    names = [f"c{i}" for i in range(len(fields))]
     params: list[Any] = []
-    tuples = []
     for n, event in enumerate(events):
         params.append(n)
         params.extend(rows.insert_params_for(fields, event.values(now)))
-        tuples.append(f"({rows.placeholders(len(fields) + 1)})")
-    sql = (
+    return _event_select_sql(source, len(events), returning), params
+
+
+@cache
+def _event_select_sql(source: str, count: int, returning: bool) -> str:
+    fields = _event_fields()
+    fk = OperationEvent._meta.get_field("operation")
+    names = [f"c{i}" for i in range(len(fields))]
+    tuples = [f"({rows.placeholders(len(fields) + 1)})"] * count
+    return (
         f'INSERT INTO "{OperationEvent._meta.db_table}" '
         f'("{fk.column}", {rows.column_list(fields)}) '
         f'SELECT {source}."id", {", ".join("v." + n for n in names)} FROM {source} '
         f'CROSS JOIN (VALUES {", ".join(tuples)}) AS v(n, {", ".join(names)}) ORDER BY v.n'
         + (' RETURNING "id"' if returning else "")
     )
-    return sql, params
+
+
+@cache
+def _insert_sql(given: frozenset[str]) -> tuple[tuple[Field[Any, Any], ...], str]:
+    """The operation's columns for a row given these attnames (a column with a database
+    default and no value given is left to the database), and its INSERT … ON CONFLICT."""
+    fields = tuple(f for f in rows.insert_fields(Operation)
+                   if f.attname in given or not f.has_db_default())
+    return fields, (
+        f'INSERT INTO "{Operation._meta.db_table}" ({rows.column_list(fields)}) '
+        f'VALUES ({rows.placeholders(len(fields))}) '
+        f'ON CONFLICT ("namespace_id", "operation_id") DO NOTHING '
+        f'RETURNING "id"'
+    )
 
 
 def _insert_new(row: dict[str, Any], events: Sequence[_EventRow], *, now: dt.datetime,
@@ -291,16 +310,8 @@ def _insert_new(row: dict[str, Any], events: Sequence[_EventRow], *, now: dt.dat
     Returns the new row, or None when the operation ID was already taken."""
     row.setdefault("created_at", now)
     row.setdefault("updated_at", now)
-    # A column with a database default and no value given is left to the database.
-    fields = [f for f in rows.insert_fields(Operation)
-              if f.attname in row or not f.has_db_default()]
+    fields, insert = _insert_sql(frozenset(row))
     full = {f.attname: row[f.attname] if f.attname in row else f.get_default() for f in fields}
-    insert = (
-        f'INSERT INTO "{Operation._meta.db_table}" ({rows.column_list(fields)}) '
-        f'VALUES ({rows.placeholders(len(fields))}) '
-        f'ON CONFLICT ("namespace_id", "operation_id") DO NOTHING '
-        f'RETURNING "id"'
-    )
     params = rows.insert_params_for(fields, full)
     if connection.vendor == "postgresql" and not connection.in_atomic_block:
         # One statement, one commit: the row, and its events only if the row was inserted.
