@@ -5,6 +5,7 @@ middleware that agents' bearer-token API calls skip."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -41,11 +42,14 @@ def problem_response(status: int, *, title: str, detail: str, code: str,
     return response
 
 
+# C0 and C1 controls, DEL and lone surrogates.
+_UNUSABLE_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
 def _unusable(path: str) -> bool:
     # No URL of this service can contain a control character (a NUL cannot even be stored in
     # PostgreSQL text): such a path names nothing.
-    return any(ord(char) < 0x20 or 0x7F <= ord(char) < 0xA0 or 0xD800 <= ord(char) < 0xE000
-               for char in path)
+    return _UNUSABLE_CHARACTER.search(path) is not None
 
 
 class UnusablePathMiddleware:

@@ -333,6 +333,8 @@ def url_with_arg(name: str, arg: str) -> str:
 
 
 _plan_lock = threading.Lock()
+_PLAIN_FIELDS: dict[type[Any], str] = {serializers.CharField: "str",
+                                       serializers.IntegerField: "int"}
 _plan: list[tuple[str, Any, str]] | None = None
 
 
@@ -350,6 +352,10 @@ def _render_plan() -> list[tuple[str, Any, str]]:
                 for name, field in template.fields.items():
                     if isinstance(field, serializers.SerializerMethodField):
                         plan.append((name, field.method_name, "method"))
+                    elif type(field) in _PLAIN_FIELDS and len(field.source_attrs) == 1:
+                        # DRF's CharField renders str(value), IntegerField int(value): the
+                        # same without its attribute lookup machinery.
+                        plan.append((name, field.source_attrs[0], _PLAIN_FIELDS[type(field)]))
                     else:
                         plan.append((name, field, "field"))
                 _plan = plan
@@ -369,9 +375,13 @@ def operation_resource(operation: Operation, *, request: Any = None,
     for name, target, kind in _render_plan():
         if kind == "method":
             out[name] = getattr(renderer, target)(operation)
-            continue
-        attribute = target.get_attribute(operation)
-        out[name] = None if attribute is None else target.to_representation(attribute)
+        elif kind == "field":
+            attribute = target.get_attribute(operation)
+            out[name] = None if attribute is None else target.to_representation(attribute)
+        else:  # "str" or "int": a model attribute DRF's CharField/IntegerField would convert
+            attribute = getattr(operation, target)
+            out[name] = None if attribute is None else (str if kind == "str" else int)(
+                attribute)
     return out
 
 
