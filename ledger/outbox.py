@@ -143,7 +143,8 @@ def _first_outcome_sql(operation_source: str, event_source: str,
 
 def operation_resource(operation: Operation) -> dict[str, Any]:
     """The operation resource exactly as the API renders it (absolute URLs when
-    LEDGER_PUBLIC_BASE_URL is set), as plain JSON values."""
+    LEDGER_PUBLIC_BASE_URL is set), as plain JSON values (the case summary's datetimes, for
+    one, become the strings the API sends)."""
     data = serializers.operation_resource(
         operation, context={"base_url": settings.LEDGER_PUBLIC_BASE_URL})
     rendered: dict[str, Any] = json.loads(JSONRenderer().render(data))

@@ -118,6 +118,8 @@ def prep_save(field: Field[Any, Any], vendor: str) -> Callable[[Any, Any], Any]:
     integer = field.get_internal_type() if kind is int else None
 
     def fast(value: Any, connection: Any) -> Any:
+        if value is None:  # NULL for every plain column type
+            return None
         if type(value) is kind and not (aware and value.tzinfo is None):
             if integer is not None:
                 return connection.ops.integerfield_type_map[integer](value)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import datetime as dt
 import re
 import threading
 from collections.abc import Iterable
@@ -7,11 +8,14 @@ from functools import cache
 from typing import Any
 from urllib.parse import quote
 
+from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist
 from django.core.validators import RegexValidator
 from django.urls import get_script_prefix, reverse
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
-from rest_framework import serializers
+from rest_framework import ISO_8601, serializers
+from rest_framework.settings import api_settings
 
 from ledger.identity import (
     IDENTIFIER_PATTERN,
@@ -332,6 +336,16 @@ def url_with_arg(name: str, arg: str) -> str:
     return f"{before}{quote(arg, safe=_PATH_SAFE)}{after}"
 
 
+def _iso_datetime(value: dt.datetime) -> str:
+    """DRF's DateTimeField.to_representation in its default ISO 8601 format: an aware value in
+    the current time zone, "+00:00" written "Z" (a naive one takes DRF's own path)."""
+    if value.tzinfo is None:
+        rendered: str = serializers.DateTimeField().to_representation(value)
+        return rendered
+    text = value.astimezone(timezone.get_current_timezone()).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
 _plan_lock = threading.Lock()
 _PLAIN_FIELDS: dict[type[Any], str] = {serializers.CharField: "str",
                                        serializers.IntegerField: "int"}
@@ -352,6 +366,11 @@ def _render_plan() -> list[tuple[str, Any, str]]:
                 for name, field in template.fields.items():
                     if isinstance(field, serializers.SerializerMethodField):
                         plan.append((name, field.method_name, "method"))
+                    elif (type(field) is serializers.DateTimeField
+                          and len(field.source_attrs) == 1
+                          and getattr(field, "format", api_settings.DATETIME_FORMAT) == ISO_8601
+                          and not hasattr(field, "timezone") and settings.USE_TZ):
+                        plan.append((name, field.source_attrs[0], "datetime"))
                     elif type(field) in _PLAIN_FIELDS and len(field.source_attrs) == 1:
                         # DRF's CharField renders str(value), IntegerField int(value): the
                         # same without its attribute lookup machinery.
@@ -378,6 +397,9 @@ def operation_resource(operation: Operation, *, request: Any = None,
         elif kind == "field":
             attribute = target.get_attribute(operation)
             out[name] = None if attribute is None else target.to_representation(attribute)
+        elif kind == "datetime":
+            attribute = getattr(operation, target)
+            out[name] = None if attribute is None else _iso_datetime(attribute)
         else:  # "str" or "int": a model attribute DRF's CharField/IntegerField would convert
             attribute = getattr(operation, target)
             out[name] = None if attribute is None else (str if kind == "str" else int)(
