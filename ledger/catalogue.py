@@ -123,6 +123,10 @@ def _message(error: ValidationError) -> str:
 
 # --- the tool ----------------------------------------------------------------------------------
 
+VERDICTS_KEPT = 1024
+VERDICT_KEY_MAX = 2048
+
+
 @dataclass(frozen=True)
 class Tool:
     name: str
@@ -146,10 +150,28 @@ class Tool:
     fingerprint: str
     adapter: ProviderAdapter = field(compare=False, repr=False)
     _validator: Any = field(compare=False, repr=False)
+    # Field errors of params validated before, by their repr (a retry sends the same params):
+    # validation is a pure function of them and costs more than the lookup of a replay.
+    _verdicts: dict[str, dict[str, str]] = field(default_factory=dict, compare=False,
+                                                 repr=False)
 
     def validate(self, params: Any) -> dict[str, str]:
         """Field-level errors; an empty dict means the params are acceptable. A null value
-        counts as absent."""
+        counts as absent. Remembered per distinct params (at most VERDICTS_KEPT per tool
+        version, forgotten all at once when full)."""
+        key = repr(params) if type(params) is dict else None
+        if key is not None and len(key) <= VERDICT_KEY_MAX:
+            known = self._verdicts.get(key)
+            if known is not None:
+                return dict(known)
+            errors = self._validate(params)
+            if len(self._verdicts) >= VERDICTS_KEPT:
+                self._verdicts.clear()
+            self._verdicts[key] = dict(errors)
+            return errors
+        return self._validate(params)
+
+    def _validate(self, params: Any) -> dict[str, str]:
         if not isinstance(params, Mapping):
             return {"params": "must be a JSON object"}
         properties = self.params_schema.get("properties", {})

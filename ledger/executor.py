@@ -128,6 +128,8 @@ def has_hidden_characters(text: str) -> bool:
     """Intent fields are refused, not normalised, when they hold characters that render as
     nothing (or reorder the text around them): `cus_123` and `cus_\u200b123` look identical
     but would hash differently and name different payees."""
+    if text.isascii() and text.isprintable():  # printable ASCII: letters, digits, punctuation
+        return False
     return any(unicodedata.category(char) in HIDDEN_CATEGORIES for char in text)
 
 
