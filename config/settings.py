@@ -238,6 +238,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["ledger.auth.IsAgent"],
     "DEFAULT_PARSER_CLASSES": ["ledger.api_support.StrictJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "ledger.negotiation.JsonNegotiation",
     "DEFAULT_THROTTLE_CLASSES": ["ledger.auth.AgentRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"agent": env_str("LEDGER_AGENT_RATE", "600/min")},
     # Proxies in front of the service that append to X-Forwarded-For: 0 trusts only the

@@ -150,3 +150,4 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         return problem(response.status_code, title=title, detail=detail, code=str(code),
                        extra=extra, headers=headers)
     return response
+

@@ -514,3 +514,27 @@ def test_the_hot_paths_parameter_shortcut_agrees_with_get_db_prep_save(api, sand
                     column, value)
                 checked += 1
     assert checked > 100
+
+
+@pytest.mark.parametrize("accept", [None, "", "*/*", "application/json", "text/html",
+                                    "application/json; indent=4", "application/*",
+                                    "text/html, application/json;q=0.9"])
+@pytest.mark.parametrize("query", ["", "?format=json", "?format=api"])
+def test_the_json_negotiation_shortcut_picks_what_drf_picks(rf, accept, query):
+    from rest_framework.exceptions import NotAcceptable
+    from rest_framework.negotiation import DefaultContentNegotiation
+    from rest_framework.renderers import JSONRenderer
+    from rest_framework.request import Request
+
+    from ledger.negotiation import JsonNegotiation
+
+    headers = {} if accept is None else {"HTTP_ACCEPT": accept}
+    request = Request(rf.get(f"/api/v1/tools{query}", **headers))
+    outcomes = []
+    for negotiation in (DefaultContentNegotiation(), JsonNegotiation()):
+        try:
+            renderer, media_type = negotiation.select_renderer(request, [JSONRenderer()])
+            outcomes.append((type(renderer), media_type))
+        except (NotAcceptable, Exception) as exc:  # noqa: BLE001 - compare what each raises
+            outcomes.append(type(exc))
+    assert outcomes[0] == outcomes[1]
