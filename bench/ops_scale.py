@@ -86,7 +86,7 @@ def seed_terminal(agent_id: int, first: int, last: int, total: int) -> None:
             intent_params, params, params_hash, status, attempts, fencing_token, lease_owner,
             lease_expires_at, idempotency_key, key_first_sent_at, provider_request_id, result,
             error_class, value_amount, value_currency, subject, customer_ref, status_token,
-            created_at, updated_at, sent_at, resolved_at)
+            created_at, updated_at, sent_at, resolved_at, namespace_id, execution)
         SELECT 'wf-' || g || ':invoice-' || g || ':refund-1:v1', {agent_id}, 'run-' || (g / 5),
             '[]'::jsonb, CASE WHEN mod(g, 3) = 0 THEN 'send_email' ELSE 'refund' END, 1,
             CASE WHEN mod(g, 7) = 0 THEN 'stripe-sandbox' ELSE 'sandbox' END,
@@ -95,7 +95,8 @@ def seed_terminal(agent_id: int, first: int, last: int, total: int) -> None:
             1, 1, '', NULL, 'key-' || g, t, 'eff_' || g, '{{}}'::jsonb,
             CASE WHEN mod(g, 50) = 0 THEN 'http_402.rejected' ELSE '' END,
             2500 + mod(g, 1000), 'EUR',
-            'invoice-' || g, 'CUST-' || g, md5('token' || g), t, t, t, t
+            'invoice-' || g, 'CUST-' || g, md5('token' || g), t, t, t, t,
+            (SELECT namespace_id FROM ledger_agentcredential WHERE id = {agent_id}), 'server'
         FROM (SELECT g, now() - ((%s - g) * interval '30 days' / %s) AS t
               FROM generate_series(%s, %s) AS g) AS rows
     """, [total, total, first, last])
@@ -128,7 +129,7 @@ def seed_unresolved(agent_id: int) -> None:
                 lease_owner, lease_expires_at, idempotency_key, key_first_sent_at,
                 provider_request_id, result, error_class, value_amount, value_currency,
                 subject, customer_ref, status_token, created_at, updated_at, sent_at,
-                resolved_at)
+                resolved_at, namespace_id, execution)
             SELECT 'wf-open-' || g || ':invoice-' || g || ':refund-1:v1', {agent_id},
                 'run-open', '[]'::jsonb, 'refund', 1, 'sandbox', '{{}}'::jsonb, '{{}}'::jsonb,
                 'sha256:' || md5(g::text), %s, 1, 1, '',
@@ -139,7 +140,8 @@ def seed_unresolved(agent_id: int) -> None:
                 '', NULL, '', 2500, 'EUR', 'invoice-open-' || g, '', md5('open' || g),
                 now() - mod(g, 30) * interval '1 hour',
                 now() - mod(g, 40) * interval '1 minute',
-                now(), NULL
+                now(), NULL,
+                (SELECT namespace_id FROM ledger_agentcredential WHERE id = {agent_id}), 'server'
             FROM generate_series(%s, %s) AS g
         """, [status, status, status, start, start + count - 1])
         start += count
