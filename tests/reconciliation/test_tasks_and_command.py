@@ -82,3 +82,31 @@ def test_manage_py_reconcile_one_case_checks_it_even_when_not_due(agent, sandbox
     operation, case = fresh(operation)
     assert operation.status == S.SUCCEEDED and out.getvalue().strip().endswith("succeeded")
     assert case.events.filter(reason="check_requested", actor="operator:manage.py").exists()
+
+
+def test_manage_py_reconcile_also_sends_what_nobody_sent_and_records_every_sweep(
+    agent, sandbox, frozen
+):
+    """Where no Celery beat runs, `manage.py reconcile --loop` is the sweeper: an async
+    submission whose worker never came is sent by it, once, and readiness sees all three
+    sweeps."""
+    import datetime as dt
+
+    from ledger import executor
+    from reconciliation import health
+    from tests.conftest import refund_params
+
+    submitted = executor.submit(agent=agent, operation_id="wf-9:invoice-9:refund-1:v1",
+                                tool_name="refund", params=refund_params(), execute=False)
+    assert submitted.operation.status == S.PREPARED
+    frozen.shift(dt.timedelta(seconds=11))  # older than the unsent sweeper's first wait
+    out = io.StringIO()
+
+    call_command("reconcile", stdout=out)
+
+    operation = Operation.objects.get(pk=submitted.operation.pk)
+    assert operation.status == S.SUCCEEDED and operation.attempts == 1
+    assert sandbox.effect_counts() == {operation.operation_id: 1}
+    assert "unsent sent: 1" in out.getvalue()
+    finished = health.last_sweep_finished_at()
+    assert all(finished[sweep] is not None for sweep in ("leases", "cases", "unsent"))

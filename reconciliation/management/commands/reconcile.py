@@ -8,13 +8,15 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from ledger import executor
 from reconciliation import health, services, transitions
 from reconciliation.models import Case
 
 
 class Command(BaseCommand):
-    help = ("Turn in_flight rows past their lease into unknown, then reconcile every due case "
-            "(or one case with --case). --loop repeats every LEDGER_SWEEP_INTERVAL_SECONDS.")
+    help = ("Turn in_flight rows past their lease into unknown, reconcile every due case (or "
+            "one case with --case), and send prepared operations nobody sent (the unsent "
+            "sweeper). --loop repeats every LEDGER_SWEEP_INTERVAL_SECONDS.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--case", type=int, help="check this case now, due or not")
@@ -44,4 +46,9 @@ class Command(BaseCommand):
         health.record_sweep_finished("leases")
         report = services.sweep_due_cases(batch_size=batch_size)
         health.record_sweep_finished("cases")
-        self.stdout.write(f"leases expired: {expired}; cases: {report.as_dict()}")
+        # Where no Celery beat runs, nothing else sends a prepared operation whose message
+        # was lost (or an async submission with no worker): the same sweep beat runs.
+        sent = executor.retry_unsent()
+        health.record_sweep_finished("unsent")
+        self.stdout.write(f"leases expired: {expired}; cases: {report.as_dict()}; "
+                          f"unsent sent: {sent}")
