@@ -64,7 +64,12 @@ def test_killing_the_master_takes_its_workers_and_frees_the_port(tmp_path):
                     break
             except httpx.HTTPError:
                 time.sleep(0.1)
-        workers = children_of(master.pid)
+        # The first worker may answer before the master has forked the second one.
+        for _ in range(100):
+            workers = children_of(master.pid)
+            if len(workers) == 2:
+                break
+            time.sleep(0.1)
         assert len(workers) == 2
 
         master.send_signal(signal.SIGKILL)
