@@ -46,7 +46,12 @@ def outcome_event_type(operation: Operation, event: OperationEvent) -> str | Non
     if event.from_status == S.UNKNOWN or (operation.attempts > 1 and OperationEvent.objects.filter(
             operation_id=operation.pk, to_status=S.UNKNOWN).exists()):
         return T.RESOLVED
-    return T.SUCCEEDED if event.to_status == S.SUCCEEDED else T.FAILED
+    return _first_outcome_type(event.to_status)
+
+
+def _first_outcome_type(status: str) -> str:
+    """An outcome reached without the operation having been unknown."""
+    return T.SUCCEEDED if status == S.SUCCEEDED else T.FAILED
 
 
 def outbox_record_outcome(*, operation: Operation, event: OperationEvent) -> WebhookEvent | None:
@@ -105,7 +110,7 @@ def outbox_first_outcome_sql(*, operation: Operation, operation_source: str, eve
     moved operation's and its event's "id"; nothing is written unless both returned a row.
     Returns `we AS (…), dl AS (…)`: the event, and one delivery per active endpoint of the
     agent (DELIVERIES_CTE, RETURNING their ids for outbox_enqueue)."""
-    event_type = T.SUCCEEDED if operation.status == S.SUCCEEDED else T.FAILED
+    event_type = _first_outcome_type(operation.status)
     sql, event_fields, delivery_fields = _first_outcome_sql(operation_source, event_source)
     event_values = {"event_id": WebhookEvent._meta.get_field("event_id").get_default(),
                     "agent_id": operation.agent_id, "type": event_type,

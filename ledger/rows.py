@@ -66,17 +66,6 @@ def insert_fields(model: type[Model]) -> tuple[Field[Any, Any], ...]:
     return tuple(f for f in _concrete(model) if f is not pk)
 
 
-def insert_params(model: type[Model], values: Mapping[str, Any], alias: str = "default"
-                  ) -> list[Any]:
-    """Parameters for insert_fields(model): given values, else the field's default."""
-    connection = connections[alias]
-    params = []
-    for field in insert_fields(model):
-        value = values[field.attname] if field.attname in values else field.get_default()
-        params.append(prep_save(field, connection.vendor)(value, connection))
-    return params
-
-
 def insert_params_for(fields: Iterable[Field[Any, Any]], values: Mapping[str, Any],
                       alias: str = "default") -> list[Any]:
     """Parameters for these fields from values keyed by attname (every field must be there)."""

@@ -256,6 +256,7 @@ class _EventRow:
                 "reason": self.reason, "data": dict(self.data or {}), "created_at": now}
 
 
+@cache
 def _event_fields() -> tuple[Any, ...]:
     """The event columns except its own id and the operation foreign key (taken from the
     statement that wrote the operation)."""
