@@ -200,17 +200,36 @@ def plan_for(case: Case, operation: Operation, tool: Tool, caps: Capabilities,
 
 def reconcile_case(case_id: int, *, lease: transitions.CaseLease | None = None) -> str:
     """One check of one case. Returns what happened (for logs, sweep reports and tests)."""
-    if lease is not None and transitions.case_renew_lease(
-        lease=lease, visibility_seconds=settings.RECONCILIATION_CASE_VISIBILITY_SECONDS
-    ) is None:
-        return "skipped"  # another sweeper holds it now
+    if lease is not None:
+        lease = transitions.case_renew_lease(
+            lease=lease, visibility_seconds=settings.RECONCILIATION_CASE_VISIBILITY_SECONDS)
+        if lease is None:
+            return "skipped"  # another sweeper holds it now
     case = Case.objects.select_related("operation").get(pk=case_id)
     if case.state != C.CHECKING:
         return "skipped"
-    outcome = str(_check(case, case.operation))
+    try:
+        outcome = str(_check(case, case.operation))
+    except Exception as exc:
+        if lease is not None:
+            _release_after_error(case, lease, exc)
+        raise
     logger.info("case checked", extra={"case_id": case.pk, "outcome": outcome,
                                        "operation_id": case.operation.operation_id})
     return outcome
+
+
+def _release_after_error(case: Case, lease: transitions.CaseLease, exc: Exception) -> None:
+    """A check that raised (a database hiccup, a bug) gives its case back after the backoff
+    instead of hiding it until the lease runs out. Best effort: when the database is what
+    failed, this may fail too, and the lease running out remains the safety net."""
+    try:
+        transitions.case_check_failed(
+            lease=lease, actor=ACTOR, error_class=type(exc).__name__,
+            next_check_at=timezone.now() + dt.timedelta(
+                seconds=backoff_seconds(case.attempts + 1)))
+    except Exception:
+        logger.exception("could not give case %s back after a failed check", case.pk)
 
 
 def _check(case: Case, operation: Operation) -> str:

@@ -215,6 +215,28 @@ def case_reschedule(*, case: Case, next_check_at: dt.datetime, reason: str, acto
     return current
 
 
+def case_check_failed(*, lease: CaseLease, next_check_at: dt.datetime, actor: str,
+                      error_class: str) -> bool:
+    """checking → checking after a check that raised: let go of our lease early, so the case
+    is due again after its backoff rather than hidden for the whole visibility timeout. Only
+    while the case still carries our lease (nothing else moved it); counts as an attempt, so
+    a case that keeps failing is looked at less and less often. False when it was moved."""
+    now = timezone.now()
+    with transaction.atomic():
+        case = Case.objects.filter(pk=lease.case_id, state=C.CHECKING,
+                                   next_check_at=lease.until).first()
+        if case is None:
+            return False
+        next_check_at = min(next_check_at, case.deadline_at)
+        Case.objects.filter(pk=case.pk).update(
+            next_check_at=next_check_at, last_checked_at=now, attempts=F("attempts") + 1,
+            updated_at=now)
+        _event(case, from_state=C.CHECKING, to_state=C.CHECKING, actor=actor,
+               reason="check_failed",
+               data={"next_check_at": next_check_at, "error_class": error_class})
+    return True
+
+
 def case_note_check(*, case: Case, strategy: str | None) -> None:
     """Count a check whose consequence is written by another transition (escalate, resolve)."""
     now = timezone.now()

@@ -151,6 +151,8 @@ class LiveInstance:
             "LEDGER_RETRY_AFTER_SECONDS": "1",
             "LEDGER_SWEEP_INTERVAL_SECONDS": "1",
             "RECONCILIATION_BACKOFF_BASE_SECONDS": "0.5",
+            # A case whose check died with its worker is due again after this, not 120 s.
+            "RECONCILIATION_CASE_VISIBILITY_SECONDS": "20",
         }
         return env | {k: v for k, v in self.extra_env.items() if not k.startswith("SANDBOX_")}
 

@@ -134,6 +134,48 @@ def test_one_broken_case_does_not_stop_the_sweep(agent, sandbox, monkeypatch):
     assert Case.objects.get(pk=broken.pk).state == C.CHECKING  # due again after its lease
 
 
+def test_a_check_that_raises_gives_its_case_back_after_the_backoff_not_the_lease(
+        agent, sandbox, frozen, monkeypatch, settings):
+    settings.RECONCILIATION_CASE_VISIBILITY_SECONDS = 120
+    settings.RECONCILIATION_BACKOFF_BASE_SECONDS = 2
+    unknown_refund(agent, "lose-response")
+    case = Case.objects.get()
+    real_check = reconciler._check
+
+    def hiccup(case, operation):
+        raise RuntimeError("database hiccup")
+
+    monkeypatch.setattr(reconciler, "_check", hiccup)
+    report = services.sweep_due_cases()
+
+    assert report.errors == 1
+    after = Case.objects.get()
+    assert after.state == C.CHECKING and after.attempts == case.attempts + 1
+    # Due again within the backoff (≤ 2 s), not hidden for the 120 s visibility timeout.
+    assert after.next_check_at <= timezone.now() + dt.timedelta(seconds=2)
+    event = CaseEvent.objects.filter(case=after).latest("id")
+    assert (event.reason, event.data["error_class"]) == ("check_failed", "RuntimeError")
+    assert not Evidence.objects.exists() and Operation.objects.get().status == S.UNKNOWN
+
+    monkeypatch.setattr(reconciler, "_check", real_check)
+    frozen.shift(2)
+    assert services.sweep_due_cases().outcomes == {S.SUCCEEDED: 1}
+
+
+def test_a_failed_check_leaves_alone_a_case_that_is_no_longer_under_its_lease(agent, frozen):
+    [case] = unknown_cases(agent, 1)
+    [lease] = transitions.case_lease_due(now=timezone.now(), batch_size=1, visibility_seconds=1)
+    frozen.shift(2)
+    [theirs] = transitions.case_lease_due(now=timezone.now(), batch_size=1,
+                                          visibility_seconds=120)
+    events = CaseEvent.objects.count()
+
+    assert transitions.case_check_failed(lease=lease, next_check_at=timezone.now(), actor="t",
+                                         error_class="RuntimeError") is False
+    assert Case.objects.get().next_check_at == theirs.until
+    assert CaseEvent.objects.count() == events and Case.objects.get().attempts == case.attempts
+
+
 def test_the_sweep_stops_leasing_when_its_time_budget_is_spent(agent, frozen):
     unknown_cases(agent, 3)
     report = services.sweep_due_cases(budget_seconds=-1)

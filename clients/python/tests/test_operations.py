@@ -59,7 +59,8 @@ def test_lost_provider_response_is_an_answer_and_a_retry_sends_nothing_new(clien
     assert retried.operation_id == oid and retried.status in {"unknown", "in_flight",
                                                                 "succeeded"}
     resolved = client.wait(oid, timeout=120)
-    assert resolved.status == "succeeded"  # the reconciler re-sent the same key: a replay
+    # The reconciler re-sent the same key: a replay. (On failure, say what the worker did.)
+    assert resolved.status == "succeeded", ledger.log("worker")[-4000:]
     assert ledger.effect_counts().get(oid) == 1
 
 
