@@ -142,6 +142,9 @@ MIDDLEWARE = [
     "config.middleware.BrowserOnlyMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "config.middleware.BrowserOnlyHtmxMiddleware",
+    # Last, so everything above runs for it as for any request: answers plain submits
+    # (POST /api/v1/operations) without DRF's per-request work; see ledger/fast_path.py.
+    "ledger.fast_path.SubmitFastPathMiddleware",
 ]
 
 # Agents' bearer-token API calls skip the browser middleware above (the BrowserOnly wrappers
@@ -281,6 +284,8 @@ LEDGER_RETRY_AFTER_SECONDS = env_int("LEDGER_RETRY_AFTER_SECONDS", 5)
 # How long a web process trusts a credential it verified (no query per request). Revocations
 # made elsewhere take effect within this many seconds; in the same process at once.
 LEDGER_CREDENTIAL_CACHE_SECONDS = env_float("LEDGER_CREDENTIAL_CACHE_SECONDS", 2.0)
+# Plain submits answered by ledger.fast_path instead of going through DRF (same answers).
+LEDGER_API_FAST_PATH = env_bool("LEDGER_API_FAST_PATH", True)
 LEDGER_PUBLIC_BASE_URL = env_str("LEDGER_PUBLIC_BASE_URL", "")
 # How long the executor keeps retrying (fresh connection, short backoff) to persist an outcome
 # the provider has given when the database is unreachable, before answering 503.

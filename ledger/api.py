@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
+from django.http import HttpRequest
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.request import Request
@@ -16,7 +17,7 @@ from rest_framework.views import APIView
 from ledger import client_execution, executor, long_poll, selectors, transitions
 from ledger.api_support import problem
 from ledger.auth import request_agent
-from ledger.models import Operation
+from ledger.models import AgentCredential, Operation
 from ledger.pacing import pace
 from ledger.serializers import (
     HeartbeatResponseSerializer,
@@ -35,7 +36,7 @@ from ledger.serializers import (
 from ledger.tools import UnknownTool, get_tool, latest_tools
 
 
-def _resource(operation: Operation, request: Request, *, status_code: int,
+def _resource(operation: Operation, request: HttpRequest | Request, *, status_code: int,
               headers: dict[str, str] | None = None,
               claim: transitions.Claim | None = None) -> Response:
     body = operation_resource(operation, request=request, context={"claim": claim})
@@ -48,7 +49,7 @@ def _retry_after(operation: Operation) -> dict[str, str]:
     return {} if seconds is None else {"Retry-After": str(seconds)}
 
 
-def _pending_headers(operation: Operation, request: Request) -> dict[str, str]:
+def _pending_headers(operation: Operation, request: HttpRequest | Request) -> dict[str, str]:
     return {
         "Location": request.build_absolute_uri(
             f"/api/v1/operations/{operation.operation_id}"
@@ -65,7 +66,7 @@ OUTCOME_NOT_RECORDED_DETAIL = (
 )
 
 
-def outcome_not_recorded(request: Request, operation_id: str) -> Response:
+def outcome_not_recorded(request: HttpRequest | Request, operation_id: str) -> Response:
     return problem(
         503, title="Outcome not recorded yet", code="outcome_not_recorded",
         detail=OUTCOME_NOT_RECORDED_DETAIL, extra={"operation_id": operation_id},
@@ -112,45 +113,49 @@ class OperationSubmitApi(APIView):
             serializer.is_valid(raise_exception=True)
             data = serializer.validated_data
         assert isinstance(body, Mapping)  # is_valid() has refused a body that is not an object
-        try:
-            submission = executor.submit(
-                agent=request_agent(request),
-                operation_id=data["operation_id"],
-                tool_name=data["tool"],
-                params=body.get("params"),
-                run_id=data["run_id"],
-                tool_call_id=data["tool_call_id"],
-                customer_ref=data["customer_ref"],
-                execute=data["execution"] == "sync",
-                client=data["execution"] == "client",
-            )
-        except executor.InvalidSubmission as exc:
-            return _invalid(exc.errors)
-        except executor.ToolNotAllowed as exc:
-            return problem(403, title="Tool not allowed", detail=str(exc),
-                           code="tool_not_allowed")
-        except executor.OutcomeNotPersisted:
-            return outcome_not_recorded(request, data["operation_id"])
-        except executor.ParamsConflict as exc:
-            return problem(
-                422, title="Operation ID reused with different intent", code="params_conflict",
-                detail=(
-                    "This operation ID already names a different intent. Nothing was changed. "
-                    "Use the stored intent, or a new version of the operation ID for a new one."
-                ),
-                extra={"differences": exc.differences},
-            )
-        return self._respond(submission, request)
+        return submit_answer(request, request_agent(request), body, data)
 
-    def _respond(self, submission: executor.Submission, request: Request) -> Response:
-        operation = submission.operation
-        if submission.disposition is executor.Disposition.REPLAYED:
-            return _resource(operation, request, status_code=status.HTTP_200_OK,
-                             headers={"Idempotent-Replayed": "true"})
-        if operation.is_terminal:
-            return _resource(operation, request, status_code=status.HTTP_201_CREATED)
-        return _resource(operation, request, status_code=status.HTTP_202_ACCEPTED,
-                         headers=_pending_headers(operation, request), claim=submission.claim)
+
+def submit_answer(request: HttpRequest | Request, agent: AgentCredential,
+                  body: Mapping[str, Any], data: Mapping[str, Any]) -> Response:
+    """POST /api/v1/operations once the agent is known and the body's fields are valid: the
+    executor's answer as a response. The view above and ledger.fast_path both answer with it."""
+    try:
+        submission = executor.submit(
+            agent=agent,
+            operation_id=data["operation_id"],
+            tool_name=data["tool"],
+            params=body.get("params"),
+            run_id=data["run_id"],
+            tool_call_id=data["tool_call_id"],
+            customer_ref=data["customer_ref"],
+            execute=data["execution"] == "sync",
+            client=data["execution"] == "client",
+        )
+    except executor.InvalidSubmission as exc:
+        return _invalid(exc.errors)
+    except executor.ToolNotAllowed as exc:
+        return problem(403, title="Tool not allowed", detail=str(exc),
+                       code="tool_not_allowed")
+    except executor.OutcomeNotPersisted:
+        return outcome_not_recorded(request, data["operation_id"])
+    except executor.ParamsConflict as exc:
+        return problem(
+            422, title="Operation ID reused with different intent", code="params_conflict",
+            detail=(
+                "This operation ID already names a different intent. Nothing was changed. "
+                "Use the stored intent, or a new version of the operation ID for a new one."
+            ),
+            extra={"differences": exc.differences},
+        )
+    operation = submission.operation
+    if submission.disposition is executor.Disposition.REPLAYED:
+        return _resource(operation, request, status_code=status.HTTP_200_OK,
+                         headers={"Idempotent-Replayed": "true"})
+    if operation.is_terminal:
+        return _resource(operation, request, status_code=status.HTTP_201_CREATED)
+    return _resource(operation, request, status_code=status.HTTP_202_ACCEPTED,
+                     headers=_pending_headers(operation, request), claim=submission.claim)
 
 
 MAX_WAIT_SECONDS = 30

@@ -78,17 +78,22 @@ class StrictJSONParser(BaseParser):
         raw = stream.read(limit + 1) if stream is not None else b""
         if len(raw) > limit:
             raise PayloadTooLarge(f"Request body is larger than {limit} bytes.")
-        try:
-            document = json.loads(
-                raw.decode("utf-8"), parse_float=Decimal, parse_constant=_reject_constant
-            )
-        except RecursionError:
-            raise exceptions.ParseError(
-                f"JSON is nested deeper than {MAX_JSON_DEPTH} levels.") from None
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise exceptions.ParseError(f"Malformed JSON: {exc}") from None
-        check_json_document(document)
-        return document
+        return parse_json(raw)
+
+
+def parse_json(raw: bytes) -> Any:
+    """A request body as StrictJSONParser reads it; ParseError for anything it refuses."""
+    try:
+        document = json.loads(
+            raw.decode("utf-8"), parse_float=Decimal, parse_constant=_reject_constant
+        )
+    except RecursionError:
+        raise exceptions.ParseError(
+            f"JSON is nested deeper than {MAX_JSON_DEPTH} levels.") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise exceptions.ParseError(f"Malformed JSON: {exc}") from None
+    check_json_document(document)
+    return document
 
 
 class DomainProblem(exceptions.APIException):

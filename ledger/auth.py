@@ -15,6 +15,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
+from django.http import HttpRequest
 from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions, throttling
 from rest_framework.request import Request
@@ -143,10 +144,12 @@ class FailedAuthenticationThrottle:
         self.num_requests = int(number)
         self.duration = {"s": 1, "m": 60, "h": 3600, "d": 86400}[period[0]]
 
-    def _key(self, request: Request) -> str:
-        return self.cache_format % throttling.BaseThrottle().get_ident(request)
+    def _key(self, request: Request | HttpRequest) -> str:
+        # get_ident reads only headers and META, which both request types have.
+        return self.cache_format % throttling.BaseThrottle().get_ident(
+            cast(Request, request))
 
-    def wait(self, request: Request) -> float | None:
+    def wait(self, request: Request | HttpRequest) -> float | None:
         """Seconds until the address may try again, or None when it may try now."""
         now = time.time()
         history = [t for t in cache.get(self._key(request), []) if t > now - self.duration]
@@ -160,6 +163,18 @@ class FailedAuthenticationThrottle:
         history = [t for t in cache.get(key, []) if t > now - self.duration]
         history.append(now)
         cache.set(key, history[-self.num_requests:], self.duration)
+
+
+def agent_from_header(request: HttpRequest) -> AgentCredential | None:
+    """The agent whose valid token the request carries, from an address that has not been
+    refused for failed attempts; None in every other case — and then the caller lets
+    AgentTokenAuthentication (below) answer, which says why and counts the failure."""
+    scheme, _, raw = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+    if scheme != AgentTokenAuthentication.keyword or not raw.strip():
+        return None
+    if FailedAuthenticationThrottle().wait(request) is not None:
+        return None
+    return agent_for_token(raw.strip())
 
 
 class AgentTokenAuthentication(authentication.BaseAuthentication):
@@ -222,6 +237,17 @@ class AgentRateThrottle(throttling.SimpleRateThrottle):
         self.key = self.get_cache_key(request, view)
         if self.key is None:
             return True
+        return self._count()
+
+    def allow_agent(self, agent: AgentCredential) -> bool:
+        """allow_request() for a request already known to come from `agent` (ledger.fast_path)."""
+        if self.limit is None or self.period is None:
+            return True
+        self.key = self.cache_format % {"scope": self.scope, "ident": agent.pk}
+        return self._count()
+
+    def _count(self) -> bool:
+        assert self.key is not None and self.period is not None and self.limit is not None
         self.now = self.timer()
         if self.cache.add(self.key, 1, self.period):
             self.cache.set(f"{self.key}:opened", self.now, self.period)
