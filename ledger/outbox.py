@@ -17,7 +17,6 @@ from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
-from rest_framework.fields import DateTimeField
 from rest_framework.renderers import JSONRenderer
 
 from ledger import dispatch, rows, serializers
@@ -90,7 +89,7 @@ def outbox_enqueue(delivery_pks: Iterable[int]) -> None:
 def _payload(operation: Operation, event_type: str, now: dt.datetime) -> dict[str, Any]:
     return {
         "type": event_type,
-        "timestamp": DateTimeField().to_representation(now),
+        "timestamp": serializers.iso_datetime(now),
         "data": operation_resource(operation),
     }
 

@@ -66,12 +66,32 @@ def insert_fields(model: type[Model]) -> tuple[Field[Any, Any], ...]:
     return tuple(f for f in _concrete(model) if f is not pk)
 
 
-def insert_params_for(fields: Iterable[Field[Any, Any]], values: Mapping[str, Any],
+def insert_params_for(fields: Sequence[Field[Any, Any]], values: Mapping[str, Any],
                       alias: str = "default") -> list[Any]:
     """Parameters for these fields from values keyed by attname (every field must be there)."""
     connection = connections[alias]
-    vendor = connection.vendor
-    return [prep_save(f, vendor)(values[f.attname], connection) for f in fields]
+    return [prep(values[attname], connection)
+            for attname, prep in _preppers(fields, connection.vendor)]
+
+
+# (attname, prep_save) per field, for field sequences the hot path passes again and again
+# (the cached column tuples of transitions and outbox): keyed by the sequence's identity, as
+# hashing a tuple of fields calls Field.__hash__ (Python) for every one of them.
+_PREPPERS: dict[tuple[int, str], tuple[Sequence[Any], tuple[tuple[str, Any], ...]]] = {}
+
+
+def _preppers(fields: Sequence[Field[Any, Any]], vendor: str,
+              ) -> tuple[tuple[str, Any], ...]:
+    key = (id(fields), vendor)
+    entry = _PREPPERS.get(key)
+    if entry is not None and entry[0] is fields:
+        return entry[1]
+    preppers = tuple((f.attname, prep_save(f, vendor)) for f in fields)
+    if isinstance(fields, tuple):  # immutable: safe to remember (a list could change)
+        if len(_PREPPERS) > 256:
+            _PREPPERS.clear()
+        _PREPPERS[key] = (fields, preppers)  # keeps the tuple alive, so its id stays its own
+    return preppers
 
 
 _PLAIN_TYPES: dict[type[Any], tuple[type[Any], ...]] = {

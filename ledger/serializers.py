@@ -336,7 +336,7 @@ def url_with_arg(name: str, arg: str) -> str:
     return f"{before}{quote(arg, safe=_PATH_SAFE)}{after}"
 
 
-def _iso_datetime(value: dt.datetime) -> str:
+def iso_datetime(value: dt.datetime) -> str:
     """DRF's DateTimeField.to_representation in its default ISO 8601 format: an aware value in
     the current time zone, "+00:00" written "Z" (a naive one takes DRF's own path)."""
     if value.tzinfo is None:
@@ -399,7 +399,7 @@ def operation_resource(operation: Operation, *, request: Any = None,
             out[name] = None if attribute is None else target.to_representation(attribute)
         elif kind == "datetime":
             attribute = getattr(operation, target)
-            out[name] = None if attribute is None else _iso_datetime(attribute)
+            out[name] = None if attribute is None else iso_datetime(attribute)
         else:  # "str" or "int": a model attribute DRF's CharField/IntegerField would convert
             attribute = getattr(operation, target)
             out[name] = None if attribute is None else (str if kind == "str" else int)(

@@ -8,7 +8,7 @@ and either return it unchanged (it is already where we wanted it — tasks run t
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -360,6 +360,14 @@ def _claim(operation: Operation, *, worker: str, lease_seconds: int, reason: str
     return Claim(operation=operation, fencing_token=operation.fencing_token)
 
 
+@cache
+def _column_prep(name: str, vendor: str) -> tuple[str, Callable[[Any, Any], Any]]:
+    """An operation field's column and its rows.prep_save, by field name."""
+    field = Operation._meta.get_field(name)
+    assert isinstance(field, Field) and field.column
+    return field.column, rows.prep_save(field, vendor)
+
+
 def _finish_new(
     operation: Operation,
     *,
@@ -396,10 +404,9 @@ def _finish_new(
     sets: list[str] = []
     params: list[Any] = []
     for name, value in values.items():
-        field = Operation._meta.get_field(name)
-        assert isinstance(field, Field)
-        sets.append(f'"{field.column}" = %s')
-        params.append(rows.prep_save(field, connection.vendor)(value, connection))
+        column, prep = _column_prep(name, connection.vendor)
+        sets.append(f'"{column}" = %s')
+        params.append(prep(value, connection))
     params += [operation.pk, fencing_token]
     events_sql, events_params = _event_select("moved", [event], now, returning=True)
     # The webhook's payload is the operation as this statement leaves it.

@@ -9,8 +9,10 @@ transaction. On SQLite (the embedded default) Django's own commit calls are coun
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import tempfile
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ from ledger.auth import agent_revoke, credential_cache
 from ledger.models import (
     AgentCredential,
     Operation,
+    OperationEvent,
     WebhookDelivery,
     WebhookEndpoint,
     WebhookEvent,
@@ -538,3 +541,34 @@ def test_the_json_negotiation_shortcut_picks_what_drf_picks(rf, accept, query):
         except (NotAcceptable, Exception) as exc:  # noqa: BLE001 - compare what each raises
             outcomes.append(type(exc))
     assert outcomes[0] == outcomes[1]
+
+
+@pytest.mark.parametrize("value", [
+    dt.datetime(2026, 12, 1, 8, 0, tzinfo=dt.UTC),
+    dt.datetime(2026, 12, 1, 8, 0, 0, 120, tzinfo=dt.UTC),
+    dt.datetime(2026, 12, 1, 9, 30, 5, 999999, tzinfo=dt.timezone(dt.timedelta(hours=1))),
+    dt.datetime(2026, 12, 1, 8, 0),  # naive: DRF's own path
+])
+def test_timestamps_render_exactly_as_drf_renders_them(value, settings):
+    from rest_framework.fields import DateTimeField
+
+    from ledger.serializers import iso_datetime
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the naive value's warning
+        assert iso_datetime(value) == DateTimeField().to_representation(value)
+
+
+def test_insert_parameters_agree_with_each_fields_own_preparation(agent):
+    from django.db import connection
+
+    from ledger import rows
+
+    fields = rows.insert_fields(OperationEvent)
+    values = {f.attname: f.get_default() for f in fields} | {
+        "operation_id": 1, "from_status": "", "to_status": "prepared", "actor": "t",
+        "fencing_token": 0, "reason": "r", "data": {"a": 1},
+        "created_at": dt.datetime(2026, 12, 1, tzinfo=dt.UTC)}
+    expected = [repr(f.get_db_prep_save(values[f.attname], connection)) for f in fields]
+    for _ in range(2):  # computed, then remembered for this tuple of fields
+        assert [repr(p) for p in rows.insert_params_for(fields, values)] == expected
