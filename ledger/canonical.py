@@ -43,9 +43,37 @@ def _normalise(value: Any, path: str) -> Any:
     )
 
 
+class _Unusual(Exception):
+    """Something _plain() does not take as it stands; _normalise() decides (and words why)."""
+
+
+def _plain(value: Any) -> Any:
+    """_normalise() for the common case — exact dicts, lists, str, int, bool, None, keys that
+    NFC cannot merge — without building a path for every member (only an error needs one)."""
+    kind = type(value)
+    if kind is str:
+        return value if value.isascii() else unicodedata.normalize("NFC", value)
+    if value is None or kind is bool or kind is int:
+        return value
+    if kind is dict:
+        out = {}
+        for key, item in value.items():
+            if type(key) is not str or not key.isascii():
+                raise _Unusual  # a non-ASCII key could collide with another after NFC
+            out[key] = _plain(item)
+        return out
+    if kind is list or kind is tuple:
+        return [_plain(item) for item in value]
+    raise _Unusual
+
+
 def canonical_json(value: Any) -> str:
+    try:
+        normalised = _plain(value)
+    except _Unusual:
+        normalised = _normalise(value, "$")
     return json.dumps(
-        _normalise(value, "$"),
+        normalised,
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,

@@ -331,9 +331,11 @@ def _insert_new(row: dict[str, Any], events: Sequence[_EventRow], *, now: dt.dat
                 ])
     if inserted is None:
         return None
-    operation = Operation(id=inserted[0], **full)
-    operation._state.adding = False
-    operation._state.db = connection.alias
+    # Positional, in column order, as the ORM builds a row it read (keyword arguments cost
+    # Model.__init__ a lookup per field); a column left to its database default keeps it.
+    operation = Operation.from_db(connection.alias, None, [  # type: ignore[arg-type]
+        inserted[0] if f.primary_key else full[f.attname] if f.attname in full
+        else f.get_default() for f in Operation._meta.concrete_fields])
     # Created just now: no reconciliation case can exist, so the resource need not ask.
     for rel in Operation._meta.related_objects:
         if rel.one_to_one:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+import re
 from decimal import Decimal
 
 import pytest
@@ -107,3 +109,27 @@ def test_builder_makes_the_documented_shape():
     assert built == "workflow-81:invoice-17:refund-2:v1"
     with pytest.raises(InvalidOperationId):
         build_operation_id(workflow="w", subject="s", action="a", sequence=0)
+
+
+@pytest.mark.parametrize("value", [
+    {"amount": 2500, "currency": "EUR", "payee": "cus_123", "flag": True, "none": None},
+    {"b": [1, "x", {"c": "Zoë"}], "a": ("t", 2)},  # tuple, nested, non-ASCII value
+    {"Zoe\u0308": 1},  # a non-ASCII key: NFC decides
+    {"e\u0301": 1, "\u00e9": 2},  # two keys NFC merges: refused, with the path
+    {"x": 1.5},  # a float: refused, with the path
+    {"nested": {"deep": [{"k": True}, False]}},
+])
+def test_the_plain_shortcut_canonicalises_exactly_as_the_careful_walk(value):
+    from ledger.canonical import CanonicalizationError, _normalise
+
+    def careful() -> str:
+        return json.dumps(_normalise(value, "$"), sort_keys=True, separators=(",", ":"),
+                          ensure_ascii=False, allow_nan=False)
+
+    try:
+        expected = careful()
+    except CanonicalizationError as exc:
+        with pytest.raises(CanonicalizationError, match=re.escape(str(exc))):
+            canonical_json(value)
+    else:
+        assert canonical_json(value) == expected
