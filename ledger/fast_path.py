@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.conf import settings
-from django.core.exceptions import MiddlewareNotUsed
+from django.core.exceptions import MiddlewareNotUsed, PermissionDenied
 from django.db import InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponseBase
+from django.http import Http404, HttpRequest, HttpResponseBase
 from rest_framework.exceptions import APIException
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
@@ -99,9 +99,12 @@ class SubmitFastPathMiddleware:
         # From here on the request has been counted: it is answered here, whatever happens.
         try:
             response = api.submit_answer(request, agent, body, data)
-        except (OperationalError, InterfaceError) as exc:
+        except (APIException, Http404, PermissionDenied, OperationalError, InterfaceError) as exc:
+            # What the view's exception handling makes of them (the database being down, for
+            # one); anything else is a server error either way.
             handled = problem_exception_handler(exc, {})
-            assert handled is not None
+            if handled is None:
+                raise
             response = handled
         return self._finalize(response)
 

@@ -240,3 +240,19 @@ def test_the_middleware_above_it_still_runs_first(agent_and_token, settings):
     response = post(fast, submit_body())
     assert response.status_code == 301 and response["Location"].startswith("https://")
     assert not Operation.objects.exists()
+
+
+def test_an_api_error_raised_during_the_submit_is_the_problem_the_view_would_send(
+        pair, monkeypatch):
+    from rest_framework.exceptions import Throttled
+
+    fast, view = pair
+
+    def busy(**_: Any) -> None:
+        raise Throttled(wait=3)
+
+    monkeypatch.setattr(executor, "submit", busy)
+    from_fast, from_view = post(fast, submit_body()), post(view, submit_body())
+
+    assert answered_by_fast_path(from_fast) and from_fast.status_code == 429
+    assert_same_answer(from_fast, from_view)
