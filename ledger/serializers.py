@@ -336,13 +336,14 @@ def url_with_arg(name: str, arg: str) -> str:
     return f"{before}{quote(arg, safe=_PATH_SAFE)}{after}"
 
 
-def iso_datetime(value: dt.datetime) -> str:
+def iso_datetime(value: dt.datetime, zone: dt.tzinfo | None = None) -> str:
     """DRF's DateTimeField.to_representation in its default ISO 8601 format: an aware value in
-    the current time zone, "+00:00" written "Z" (a naive one takes DRF's own path)."""
+    the current time zone (`zone`, when the caller looked it up already), "+00:00" written "Z"
+    (a naive one takes DRF's own path)."""
     if value.tzinfo is None:
         rendered: str = serializers.DateTimeField().to_representation(value)
         return rendered
-    text = value.astimezone(timezone.get_current_timezone()).isoformat()
+    text = value.astimezone(zone or timezone.get_current_timezone()).isoformat()
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
@@ -391,6 +392,7 @@ def operation_resource(operation: Operation, *, request: Any = None,
     renderer.parent = None  # type: ignore[assignment]
     renderer._context = {**(context or {}), **({"request": request} if request else {})}
     out: dict[str, Any] = {}
+    zone = timezone.get_current_timezone()
     for name, target, kind in _render_plan():
         if kind == "method":
             out[name] = getattr(renderer, target)(operation)
@@ -399,7 +401,7 @@ def operation_resource(operation: Operation, *, request: Any = None,
             out[name] = None if attribute is None else target.to_representation(attribute)
         elif kind == "datetime":
             attribute = getattr(operation, target)
-            out[name] = None if attribute is None else iso_datetime(attribute)
+            out[name] = None if attribute is None else iso_datetime(attribute, zone)
         else:  # "str" or "int": a model attribute DRF's CharField/IntegerField would convert
             attribute = getattr(operation, target)
             out[name] = None if attribute is None else (str if kind == "str" else int)(

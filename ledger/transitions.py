@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import Field
 from django.dispatch import Signal
 from django.utils import timezone
@@ -311,10 +311,11 @@ def _insert_new(row: dict[str, Any], events: Sequence[_EventRow], *, now: dt.dat
     Returns the new row, or None when the operation ID was already taken."""
     row.setdefault("created_at", now)
     row.setdefault("updated_at", now)
+    conn = connections[DEFAULT_DB_ALIAS]  # what `connection` resolves to, looked up once
     fields, insert = _insert_sql(frozenset(row))
     full = {f.attname: row[f.attname] if f.attname in row else f.get_default() for f in fields}
     params = rows.insert_params_for(fields, full)
-    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+    if conn.vendor == "postgresql" and not conn.in_atomic_block:
         # One statement, one commit: the row, and its events only if the row was inserted.
         # (Recording and claiming are not outcomes: no webhook is due.)
         events_sql, events_params = _event_select("ins", events, now)
@@ -333,7 +334,7 @@ def _insert_new(row: dict[str, Any], events: Sequence[_EventRow], *, now: dt.dat
         return None
     # Positional, in column order, as the ORM builds a row it read (keyword arguments cost
     # Model.__init__ a lookup per field); a column left to its database default keeps it.
-    operation = Operation.from_db(connection.alias, None, [  # type: ignore[arg-type]
+    operation = Operation.from_db(conn.alias, None, [  # type: ignore[arg-type]
         inserted[0] if f.primary_key else full[f.attname] if f.attname in full
         else f.get_default() for f in Operation._meta.concrete_fields])
     # Created just now: no reconciliation case can exist, so the resource need not ask.
@@ -390,7 +391,8 @@ def _finish_new(
     now = timezone.now()
     values = {"status": to_status, "updated_at": now, **fields}
     event = _EventRow(S.IN_FLIGHT, to_status, actor, fencing_token, reason, data)
-    if not (connection.vendor == "postgresql" and not connection.in_atomic_block):
+    conn = connections[DEFAULT_DB_ALIAS]  # what `connection` resolves to, looked up once
+    if not (conn.vendor == "postgresql" and not conn.in_atomic_block):
         with transaction.atomic():
             moved = Operation.objects.filter(
                 pk=operation.pk, status=S.IN_FLIGHT, fencing_token=fencing_token
@@ -406,9 +408,9 @@ def _finish_new(
     sets: list[str] = []
     params: list[Any] = []
     for name, value in values.items():
-        column, prep = _column_prep(name, connection.vendor)
+        column, prep = _column_prep(name, conn.vendor)
         sets.append(f'"{column}" = %s')
-        params.append(prep(value, connection))
+        params.append(prep(value, conn))
     params += [operation.pk, fencing_token]
     events_sql, events_params = _event_select("moved", [event], now, returning=True)
     # The webhook's payload is the operation as this statement leaves it.
