@@ -388,9 +388,10 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    # The Stripe SDK logs Stripe's error messages (which can echo request values) at INFO; the
-    # adapter logs its own redacted line for every call instead.
-    "loggers": {"stripe": {"level": "WARNING"}},
+    # The Stripe SDK logs Stripe's error messages (which can echo request values) at INFO, and
+    # httpx logs every request's full URL (a lookup's query string included) at INFO; the
+    # connectors log their own redacted line for every call instead.
+    "loggers": {name: {"level": "WARNING"} for name in ("stripe", "httpx", "httpcore")},
 }
 
 # --- Reconciliation -------------------------------------------------------------------------

@@ -103,3 +103,18 @@ def test_lookup_against_the_sandbox_finds_by_key_and_reports_absence(agent, sand
 )
 def test_unknown_outcomes_say_why_so_the_case_opens_with_the_right_reason(outcome, reason):
     assert isinstance(outcome, Unknown) and outcome.reason == reason
+
+
+def test_a_provider_call_is_logged_once_by_the_connector_not_with_httpxs_full_url(
+        api, sandbox, caplog):
+    import logging
+
+    from tests.conftest import submit_body
+
+    caplog.set_level(logging.INFO)
+    assert api.post("/api/v1/operations", submit_body(), format="json").status_code == 201
+
+    sends = [r for r in caplog.records if r.getMessage() == "provider send"]
+    assert len(sends) == 1 and sends[0].name == "ledger.providers.http"
+    # httpx's own INFO line carries the whole URL (a lookup's query string too): kept quiet.
+    assert not [r for r in caplog.records if r.name.startswith(("httpx", "httpcore"))]
