@@ -1,5 +1,6 @@
-"""Pre-aggregated counters: written by a periodic rollup of the event tables (beat, once a
-minute) and by the tally flush, never by the executor's own statements.
+"""Pre-aggregated counters: written by a periodic rollup of the event tables (beat, every
+OPS_ROLLUP_INTERVAL_SECONDS, 30 s by default) and by the tally flush, never by the executor's own
+statements.
 
 The rollup reads the operation events of each closed minute through the index on
 OperationEvent.created_at — the work is proportional to what happened in that minute, not to
