@@ -256,3 +256,19 @@ def test_an_api_error_raised_during_the_submit_is_the_problem_the_view_would_sen
 
     assert answered_by_fast_path(from_fast) and from_fast.status_code == 429
     assert_same_answer(from_fast, from_view)
+
+
+def test_it_stands_aside_when_the_view_is_configured_otherwise(agent_and_token, sandbox,
+                                                                 monkeypatch):
+    # Another throttle on the view: the fast path would not reproduce it, so it does not load.
+    from ledger.api import OperationSubmitApi
+    from ledger.auth import AgentRateThrottle
+
+    class AnotherThrottle(AgentRateThrottle):
+        pass
+
+    monkeypatch.setattr(OperationSubmitApi, "throttle_classes",
+                        [AgentRateThrottle, AnotherThrottle])
+    client = _client(agent_and_token[1], fast=True)
+    response = post(client, submit_body())
+    assert response.status_code == 201 and not answered_by_fast_path(response)
