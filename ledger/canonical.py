@@ -18,60 +18,61 @@ class CanonicalizationError(ValueError):
     pass
 
 
-def _normalise(value: Any, path: str) -> Any:
+class _Refused(Exception):
+    """A value canonical JSON does not take; the path to it is collected on the way out (only a
+    refusal needs one, so the common case builds none)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.trail: list[str] = []  # innermost step first
+
+
+def _nfc(text: str) -> str:
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
+
+
+def _normalise(value: Any) -> Any:
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
         return value
     if isinstance(value, str):
-        return unicodedata.normalize("NFC", value)
+        return _nfc(value)
     if isinstance(value, Mapping):
         normalised: dict[str, Any] = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                raise CanonicalizationError(f"{path}: object keys must be strings")
-            nfc_key = unicodedata.normalize("NFC", key)
+                raise _Refused("object keys must be strings")
+            nfc_key = _nfc(key)
             if nfc_key in normalised:
-                raise CanonicalizationError(f"{path}: duplicate key {nfc_key!r} after NFC")
-            normalised[nfc_key] = _normalise(item, f"{path}.{nfc_key}")
+                raise _Refused(f"duplicate key {nfc_key!r} after NFC")
+            try:
+                normalised[nfc_key] = _normalise(item)
+            except _Refused as exc:
+                exc.trail.append(f".{nfc_key}")
+                raise
         return normalised
     if isinstance(value, list | tuple):
-        return [_normalise(item, f"{path}[{index}]") for index, item in enumerate(value)]
+        items = []
+        for index, item in enumerate(value):
+            try:
+                items.append(_normalise(item))
+            except _Refused as exc:
+                exc.trail.append(f"[{index}]")
+                raise
+        return items
     # float, Decimal, NaN, Infinity and everything else.
-    raise CanonicalizationError(
-        f"{path}: {type(value).__name__} is not allowed; use integers (minor units) or strings"
-    )
-
-
-class _Unusual(Exception):
-    """Something _plain() does not take as it stands; _normalise() decides (and words why)."""
-
-
-def _plain(value: Any) -> Any:
-    """_normalise() for the common case — exact dicts, lists, str, int, bool, None, keys that
-    NFC cannot merge — without building a path for every member (only an error needs one)."""
-    kind = type(value)
-    if kind is str:
-        return value if value.isascii() else unicodedata.normalize("NFC", value)
-    if value is None or kind is bool or kind is int:
-        return value
-    if kind is dict:
-        out = {}
-        for key, item in value.items():
-            if type(key) is not str or not key.isascii():
-                raise _Unusual  # a non-ASCII key could collide with another after NFC
-            out[key] = _plain(item)
-        return out
-    if kind is list or kind is tuple:
-        return [_plain(item) for item in value]
-    raise _Unusual
+    raise _Refused(
+        f"{type(value).__name__} is not allowed; use integers (minor units) or strings")
 
 
 def canonical_json(value: Any) -> str:
     try:
-        normalised = _plain(value)
-    except _Unusual:
-        normalised = _normalise(value, "$")
+        normalised = _normalise(value)
+    except _Refused as exc:
+        path = "$" + "".join(reversed(exc.trail))
+        raise CanonicalizationError(f"{path}: {exc.reason}") from None
     return json.dumps(
         normalised,
         sort_keys=True,
