@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -187,39 +188,39 @@ LIVE_GAUGE_WRITER = textwrap.dedent("""
 """)
 
 
-def live_gauge_files(metrics_dir: Path, tmp_path: Path) -> tuple[int, list[Path]]:
+@pytest.fixture
+def dead_process_gauge(tmp_path: Path, monkeypatch: Any) -> tuple[int, Path]:
+    """A live gauge's file written by a process that has exited, in this process's
+    PROMETHEUS_MULTIPROC_DIR: (its pid, its file)."""
+    metrics_dir = tmp_path / "prometheus"
+    metrics_dir.mkdir()
     env = os.environ | {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
     done = subprocess.run([sys.executable, "-c", LIVE_GAUGE_WRITER], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60, check=True)
     pid = int(done.stdout.strip())
-    return pid, list(metrics_dir.glob(f"gauge_live*_{pid}.db"))
+    files = list(metrics_dir.glob(f"gauge_live*_{pid}.db"))
+    assert len(files) == 1
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(metrics_dir))
+    return pid, files[0]
 
 
-def test_gunicorn_drops_a_dead_workers_live_gauges(tmp_path, monkeypatch):
+def test_gunicorn_drops_a_dead_workers_live_gauges(dead_process_gauge):
     import runpy
     from types import SimpleNamespace
 
-    metrics_dir = tmp_path / "prometheus"
-    metrics_dir.mkdir()
-    pid, files = live_gauge_files(metrics_dir, tmp_path)
-    assert len(files) == 1
-    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(metrics_dir))
+    pid, gauge_file = dead_process_gauge
     conf = runpy.run_path(str(ROOT / "deploy" / "gunicorn.conf.py"))
 
     conf["child_exit"](SimpleNamespace(pid=os.getpid()), SimpleNamespace(pid=pid))
 
-    assert not files[0].exists()
+    assert not gauge_file.exists()
 
 
-def test_celery_drops_a_finished_pool_processs_live_gauges(tmp_path, monkeypatch):
+def test_celery_drops_a_finished_pool_processs_live_gauges(dead_process_gauge):
     from celery import signals
 
-    metrics_dir = tmp_path / "prometheus"
-    metrics_dir.mkdir()
-    pid, files = live_gauge_files(metrics_dir, tmp_path)
-    assert len(files) == 1
-    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(metrics_dir))
+    pid, gauge_file = dead_process_gauge
 
     signals.worker_process_shutdown.send(sender=None, pid=pid, exitcode=0)
 
-    assert not files[0].exists()
+    assert not gauge_file.exists()
