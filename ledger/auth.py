@@ -165,20 +165,28 @@ class FailedAuthenticationThrottle:
         cache.set(key, history[-self.num_requests:], self.duration)
 
 
+BEARER = "Bearer"
+
+
+def bearer_token(header: str) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header; None for any other shape."""
+    scheme, _, raw = header.partition(" ")
+    token = raw.strip()
+    return token if scheme == BEARER and token else None
+
+
 def agent_from_header(request: HttpRequest) -> AgentCredential | None:
     """The agent whose valid token the request carries, from an address that has not been
     refused for failed attempts; None in every other case — and then the caller lets
     AgentTokenAuthentication (below) answer, which says why and counts the failure."""
-    scheme, _, raw = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
-    if scheme != AgentTokenAuthentication.keyword or not raw.strip():
+    token = bearer_token(request.META.get("HTTP_AUTHORIZATION", ""))
+    if token is None or FailedAuthenticationThrottle().wait(request) is not None:
         return None
-    if FailedAuthenticationThrottle().wait(request) is not None:
-        return None
-    return agent_for_token(raw.strip())
+    return agent_for_token(token)
 
 
 class AgentTokenAuthentication(authentication.BaseAuthentication):
-    keyword = "Bearer"
+    keyword = BEARER
 
     def authenticate(self, request: Request) -> tuple[AgentCredential, str] | None:
         header = authentication.get_authorization_header(request).decode("latin-1")
@@ -189,16 +197,16 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
         if wait is not None:
             raise exceptions.Throttled(wait=wait, detail=(
                 "Too many failed authentications from this address; try again later."))
-        scheme, _, raw = header.partition(" ")
-        if scheme != self.keyword or not raw.strip():
+        token = bearer_token(header)
+        if token is None:
             failures.record_failure(request)
             raise exceptions.AuthenticationFailed("Use 'Authorization: Bearer <agent token>'.")
-        agent = agent_for_token(raw.strip())
+        agent = agent_for_token(token)
         if agent is None:
             failures.record_failure(request)
             # Never echo the token back, not even in part.
             raise exceptions.AuthenticationFailed("Invalid or revoked agent token.")
-        return agent, raw
+        return agent, token
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="agent-ledger"'
@@ -243,7 +251,7 @@ class AgentRateThrottle(throttling.SimpleRateThrottle):
         """allow_request() for a request already known to come from `agent` (ledger.fast_path)."""
         if self.limit is None or self.period is None:
             return True
-        self.key = self.cache_format % {"scope": self.scope, "ident": agent.pk}
+        self.key = self._key(agent.pk)
         return self._count()
 
     def _count(self) -> bool:
@@ -268,5 +276,8 @@ class AgentRateThrottle(throttling.SimpleRateThrottle):
 
     def get_cache_key(self, request: Request, view: object) -> str | None:
         if isinstance(request.user, AgentCredential):
-            return self.cache_format % {"scope": self.scope, "ident": request.user.pk}
-        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+            return self._key(request.user.pk)
+        return self._key(self.get_ident(request))
+
+    def _key(self, ident: object) -> str:
+        return self.cache_format % {"scope": self.scope, "ident": ident}
