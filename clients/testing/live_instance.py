@@ -106,7 +106,7 @@ class LiveInstance:
             self.url = f"http://127.0.0.1:{port}"
             if self.worker:
                 self._spawn("worker", [service_python(), "-m", "celery", "-A", "config", "worker",
-                                       "--beat", "--loglevel", "WARNING", "--concurrency", "2",
+                                       "--beat", "--loglevel", "INFO", "--concurrency", "2",
                                        "--schedule", str(self._workdir / "celerybeat-schedule")],
                             env)
             self._wait_healthy(f"{self.url}/healthz")
