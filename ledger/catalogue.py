@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cache
@@ -79,6 +79,100 @@ LedgerValidator = validators.extend(
     validators={"pattern": _pattern},
     type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
 )
+
+
+# Keywords that only annotate: they never make an instance invalid.
+_ANNOTATIONS = frozenset({"title", "description", "$comment", "examples", "default",
+                          "deprecated", "readOnly", "writeOnly"})
+_QUICK_PROPERTY_KEYWORDS = _ANNOTATIONS | {"type", "pattern", "minLength", "maxLength",
+                                           "minimum", "maximum", "exclusiveMinimum",
+                                           "exclusiveMaximum", "enum"}
+_QUICK_TYPES = {"string": str, "integer": int, "boolean": bool}
+
+
+def quick_acceptance(schema: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], bool] | None:
+    """For a params schema within a plain subset (an object of string, integer and boolean
+    properties with patterns, lengths, bounds and string enums, `required`, no additional
+    properties), a check that answers True only for params the full validator accepts; False
+    means "ask the full validator", which also words the errors. None: the schema uses
+    something outside the subset, so every call takes the full validator.
+
+    It exists because the full validator costs a fresh action more than its statements' Python
+    (bench/peers.py); tests/catalogue/test_quick_acceptance.py checks it never accepts what
+    the full validator refuses."""
+    if set(schema) - _ANNOTATIONS - {"type", "properties", "required", "additionalProperties"}:
+        return None
+    if schema.get("type") != "object" or schema.get("additionalProperties") is not False:
+        return None
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(n, str) for n in required):
+        return None
+    checks: dict[str, Callable[[Any], bool]] = {}
+    for name, spec in schema["properties"].items():
+        check = _quick_property(spec)
+        if check is None:
+            return None
+        checks[name] = check
+    needed = frozenset(required)
+
+    def accepts(params: Mapping[str, Any]) -> bool:
+        if not needed <= params.keys():
+            return False
+        for name, value in params.items():
+            check = checks.get(name)
+            if check is None or not check(value):
+                return False
+        return True
+
+    return accepts
+
+
+def _quick_property(spec: Any) -> Callable[[Any], bool] | None:
+    if not isinstance(spec, Mapping) or set(spec) - _QUICK_PROPERTY_KEYWORDS:
+        return None
+    declared = spec.get("type")
+    kind = _QUICK_TYPES.get(declared) if isinstance(declared, str) else None
+    if kind is None:
+        return None
+    tests: list[Callable[[Any], bool]] = []
+    if "enum" in spec:
+        choices = spec["enum"]
+        if kind is not str or not isinstance(choices, list) \
+                or not all(isinstance(c, str) for c in choices):
+            return None
+        allowed = frozenset(choices)
+        tests.append(allowed.__contains__)
+    if kind is str:
+        if "pattern" in spec:
+            search = _compiled(spec["pattern"]).search
+            tests.append(lambda v: search(v) is not None)
+        low, high = spec.get("minLength", 0), spec.get("maxLength")
+        if type(low) is not int or (high is not None and type(high) is not int):
+            return None
+        tests.append(lambda v: low <= len(v) and (high is None or len(v) <= high))
+    elif {"pattern", "minLength", "maxLength"} & set(spec):
+        return None  # they only constrain strings: nothing to check, but keep the subset plain
+    if kind is int:
+        bounds = [(spec[k], k) for k in ("minimum", "maximum", "exclusiveMinimum",
+                                         "exclusiveMaximum") if k in spec]
+        if not all(type(b) is int for b, _ in bounds):
+            return None
+        for bound, keyword in bounds:
+            tests.append({
+                "minimum": lambda v, b=bound: v >= b,
+                "maximum": lambda v, b=bound: v <= b,
+                "exclusiveMinimum": lambda v, b=bound: v > b,
+                "exclusiveMaximum": lambda v, b=bound: v < b,
+            }[keyword])
+    elif {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} & set(spec):
+        return None
+
+    def check(value: Any) -> bool:
+        # type() is, not isinstance: True is no integer here, and a str subclass is left to
+        # the full validator.
+        return type(value) is kind and all(test(value) for test in tests)
+
+    return check
 
 
 def _has_float(value: Any) -> bool:
@@ -154,6 +248,9 @@ class Tool:
     # validation is a pure function of them and costs more than the lookup of a replay.
     _verdicts: dict[str, dict[str, str]] = field(default_factory=dict, compare=False,
                                                  repr=False)
+    # quick_acceptance(params_schema), or None: every call takes _validator.
+    _quick: Callable[[Mapping[str, Any]], bool] | None = field(default=None, compare=False,
+                                                               repr=False)
 
     def validate(self, params: Any) -> dict[str, str]:
         """Field-level errors; an empty dict means the params are acceptable. A null value
@@ -176,6 +273,8 @@ class Tool:
             return {"params": "must be a JSON object"}
         properties = self.params_schema.get("properties", {})
         present = {k: v for k, v in params.items() if v is not None or k not in properties}
+        if self._quick is not None and self._quick(present):
+            return {}  # only str, int and bool values: no float to refuse either
         errors: dict[str, str] = {}
         for error in self._validator.iter_errors(present):
             path = list(error.absolute_path)
@@ -523,4 +622,5 @@ def _tool(entry: Any) -> Tool:
             subject_field=names["subject_field"]),
         adapter=adapter,
         _validator=LedgerValidator(schema),
+        _quick=quick_acceptance(schema),
     )

@@ -17,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 from rest_framework.renderers import JSONRenderer
 
 from ledger import dispatch, rows, serializers
@@ -113,13 +114,32 @@ def outbox_first_outcome_sql(*, operation: Operation, operation_source: str, eve
     sql, event_fields, delivery_fields = _first_outcome_sql(operation_source, event_source)
     event_values = {"event_id": WebhookEvent._meta.get_field("event_id").get_default(),
                     "agent_id": operation.agent_id, "type": event_type,
-                    "payload": _payload(operation, event_type, now), "created_at": now}
+                    "payload": None, "created_at": now}
     delivery_values = {f.attname: f.get_default() for f in delivery_fields} | {
         "next_attempt_at": now, "created_at": now}
-    params = [*rows.insert_params_for(event_fields, event_values),
-              *rows.insert_params_for(delivery_fields, delivery_values),
+    event_params = rows.insert_params_for(event_fields, event_values)
+    # The payload goes out as the JSON text rendered once, not rendered, parsed back and
+    # encoded again (jsonb stores the same value either way).
+    event_params[_payload_position(event_fields)] = Jsonb(
+        _payload_json(operation, event_type, now), dumps=_as_is)
+    params = [*event_params, *rows.insert_params_for(delivery_fields, delivery_values),
               operation.agent_id]
     return sql, params
+
+
+def _as_is(text: str) -> str:
+    return text
+
+
+@cache
+def _payload_position(event_fields: tuple[Any, ...]) -> int:
+    return [f.attname for f in event_fields].index("payload")
+
+
+def _payload_json(operation: Operation, event_type: str, now: dt.datetime) -> str:
+    """_payload's value as JSON text, the resource rendered once as the API renders it."""
+    head = json.dumps({"type": event_type, "timestamp": serializers.iso_datetime(now)})
+    return f'{head[:-1]}, "data": {operation_resource_json(operation)}}}'
 
 
 @cache
@@ -149,7 +169,12 @@ def operation_resource(operation: Operation) -> dict[str, Any]:
     """The operation resource exactly as the API renders it (absolute URLs when
     LEDGER_PUBLIC_BASE_URL is set), as plain JSON values (the case summary's datetimes, for
     one, become the strings the API sends)."""
+    rendered: dict[str, Any] = json.loads(operation_resource_json(operation))
+    return rendered
+
+
+def operation_resource_json(operation: Operation) -> str:
+    """operation_resource as the JSON text the API sends."""
     data = serializers.operation_resource(
         operation, context={"base_url": settings.LEDGER_PUBLIC_BASE_URL})
-    rendered: dict[str, Any] = json.loads(JSONRenderer().render(data))
-    return rendered
+    return JSONRenderer().render(data).decode()

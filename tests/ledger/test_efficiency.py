@@ -23,7 +23,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from ledger import executor, versions, webhooks
+from ledger import executor, outbox, serializers, versions, webhooks
 from ledger.auth import agent_revoke, credential_cache
 from ledger.models import (
     AgentCredential,
@@ -366,6 +366,10 @@ def test_a_fresh_outcome_writes_its_webhook_event_and_deliveries(api, sandbox, e
     assert ({k: v for k, v in event.payload["data"].items() if k not in urls}
             == {k: v for k, v in response.json().items() if k not in urls})
     assert event.payload["data"]["status"] == "succeeded"
+    # The payload, sent as JSON text rendered once, is what the general path stores.
+    assert event.payload == {"type": "operation.succeeded",
+                             "timestamp": serializers.iso_datetime(event.created_at),
+                             "data": outbox.operation_resource(operation)}
     assert list(WebhookDelivery.objects.values_list("endpoint_id", "status", "attempts")) == [
         (endpoint.pk, "pending", 0)]
     if connection.vendor == "postgresql":
