@@ -4,8 +4,9 @@
 
 One command. It creates bench/.venv-peers (dbos 3.4 and psycopg, never the service's
 environment) on first use, two throwaway PostgreSQL databases on the server of DATABASE_URL
-(default postgres://postgres@127.0.0.1:5432/…), a sandbox provider process and gunicorn with
-deploy/gunicorn.conf.py, then runs in every round, one after the other:
+(default postgres://postgres@127.0.0.1:5432/…), a sandbox provider process and the web server
+twice — granian with deploy/web.py (recommended) and gunicorn with deploy/gunicorn.conf.py (the
+supported alternative) — then runs in every round, one after the other:
 
 - raw psycopg doing the ledger's statements (the lookup, the insert already claimed with its
   events, the fenced outcome with its event; a replay is the lookup), 1 and 8 threads;
@@ -13,15 +14,14 @@ deploy/gunicorn.conf.py, then runs in every round, one after the other:
   completed workflow ID, 1 and 8 threads;
 - the ledger in this process (executor.submit) with an instant provider adapter, fresh and
   replay, 1 and 8 threads;
-- the ledger through HTTP (gunicorn, deploy/gunicorn.conf.py) with the sandbox over HTTP as the
+- the ledger through HTTP (granian, then gunicorn) with the sandbox over HTTP as the
   provider, fresh and replay, 1 and 16 clients (keep-alive HTTP/1.1 clients on http.client).
 
 It prints ops/s (median over rounds), p50 and p99 latency (all rounds pooled), CPU per action
-(this process, gunicorn's workers, the DBOS peer and the PostgreSQL backends of the benchmark's
-databases, from /proc — the provider excluded; unlike ops/s it barely depends on how busy the
-machine is), statements per
-action (libpq protocol trace in this process; SQLAlchemy's cursor events inside the DBOS peer;
-through HTTP, PostgreSQL transactions per action from pg_stat_database, which for the ledger is
+(this process, the web servers' workers, the DBOS peer and the PostgreSQL backends of the
+benchmark's databases, from /proc — the provider excluded; unlike ops/s it barely depends on
+how busy the machine is), statements per action (libpq protocol trace in this process;
+SQLAlchemy's cursor events inside the DBOS peer; through HTTP, PostgreSQL transactions per action from pg_stat_database, which for the ledger is
 the same number as every statement is its own autocommit transaction), WAL bytes per action
 (pg_current_wal_lsn before and after each run; cluster-wide, so other users of the server add
 to it: the smallest round is shown), and the ratios issue 10 asks for, each computed within a
@@ -153,7 +153,7 @@ def _group(pgid: int) -> list[int]:
 
 class CpuMeter:
     """CPU used by everything an action runs on except the provider: this process (the
-    in-process peers, and the HTTP clients), gunicorn's workers, the DBOS peer and the
+    in-process peers, and the HTTP clients), the web servers' workers, the DBOS peer and the
     PostgreSQL backends serving the benchmark's databases. Unlike ops/s it hardly depends on
     how busy the machine is."""
 
@@ -326,8 +326,8 @@ class InstantAdapter:
 
 
 def use_instant_refunds() -> None:
-    """In this process the catalogue's refund tool sends through InstantAdapter (gunicorn keeps
-    the real connector, pointed at the sandbox)."""
+    """In this process the catalogue's refund tool sends through InstantAdapter (the web
+    servers keep the real connector, pointed at the sandbox)."""
     import dataclasses
 
     from ledger import tools
@@ -489,15 +489,21 @@ class HttpPeer:
         self._post(client, item, 200)
 
 
-def start_gunicorn(env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
+def start_server(server: str, env: dict[str, str], port: int, log: Path
+                 ) -> subprocess.Popen[bytes]:
+    """The production web server as documented: granian (deploy/web.py, recommended) or
+    gunicorn (deploy/gunicorn.conf.py, the supported alternative)."""
     import httpx
 
-    process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "gunicorn"), "-c",
-         str(ROOT / "deploy" / "gunicorn.conf.py"),
-         "config.wsgi"],
-        cwd=ROOT, env={**env, "GUNICORN_BIND": f"127.0.0.1:{port}"},
-        stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
+    if server == "granian":
+        command = [sys.executable, str(ROOT / "deploy" / "web.py")]
+        env = {**env, "GRANIAN_PORT": str(port)}
+    else:
+        command = [str(Path(sys.executable).parent / "gunicorn"), "-c",
+                   str(ROOT / "deploy" / "gunicorn.conf.py"), "config.wsgi"]
+        env = {**env, "GUNICORN_BIND": f"127.0.0.1:{port}"}
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log.open("ab"),
+                               stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -506,7 +512,7 @@ def start_gunicorn(env: dict[str, str], port: int, log: Path) -> subprocess.Pope
         except httpx.HTTPError:
             time.sleep(0.3)
     process.kill()
-    raise RuntimeError(f"gunicorn did not start; see {log}")
+    raise RuntimeError(f"{server} did not start; see {log}")
 
 
 def stop_group(process: subprocess.Popen[bytes]) -> None:
@@ -567,7 +573,8 @@ def main() -> None:
         "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
     }
     os.environ.update(env)
-    dbos = gunicorn = sandbox = None
+    dbos = sandbox = None
+    servers: dict[str, subprocess.Popen[bytes]] = {}
     try:
         import django
 
@@ -586,20 +593,23 @@ def main() -> None:
 
         sandbox = SandboxServer()
         sandbox.__enter__()
-        port = free_port()
-        gunicorn = start_gunicorn({**env, "SANDBOX_URL": sandbox.url}, port,
-                                  workdir / "gunicorn.log")
+        https = {}
+        for server in SERVERS:
+            port = free_port()
+            servers[server] = start_server(server, {**env, "SANDBOX_URL": sandbox.url}, port,
+                                           workdir / f"{server}.log")
+            https[server] = HttpPeer(f"http://127.0.0.1:{port}", token)
         dbos = DbosPeer(peers_python, server_url(dbos_db))
         raw = RawPeer(server_url(ledger_db), agent.pk, agent.namespace_id)
         ledger = LedgerPeer(agent)
-        http = HttpPeer(f"http://127.0.0.1:{port}", token)
-        report = bench(args, raw, ledger, http, dbos, [ledger_db, dbos_db], gunicorn.pid)
+        report = bench(args, raw, ledger, https, dbos, [ledger_db, dbos_db],
+                       [p.pid for p in servers.values()])
         print(report)
     finally:
         if dbos is not None:
             dbos.close()
-        if gunicorn is not None:
-            stop_group(gunicorn)
+        for process in servers.values():
+            stop_group(process)
         if sandbox is not None:
             sandbox.__exit__(None, None, None)
         from django.db import connections
@@ -610,8 +620,14 @@ def main() -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def bench(args: argparse.Namespace, raw: RawPeer, ledger: LedgerPeer, http: HttpPeer,
-          dbos: DbosPeer, dbs: list[str], gunicorn_pid: int) -> str:
+# The recommended server first: its rows are "ledger HTTP", the alternative's "gunicorn HTTP".
+SERVERS = ("granian", "gunicorn")
+HTTP_LABEL = {"granian": "ledger HTTP      ", "gunicorn": "gunicorn HTTP    "}
+
+
+def bench(args: argparse.Namespace, raw: RawPeer, ledger: LedgerPeer,
+          https: dict[str, HttpPeer], dbos: DbosPeer, dbs: list[str],
+          server_pids: list[int]) -> str:
     import psycopg
 
     scenarios: dict[str, Scenario] = {}
@@ -620,11 +636,11 @@ def bench(args: argparse.Namespace, raw: RawPeer, ledger: LedgerPeer, http: Http
         return scenarios.setdefault(name, Scenario(name))
 
     monitor = psycopg.connect(server_url(dbs[0]), autocommit=True)
-    # The ledger's and raw psycopg's runs: this process, gunicorn, the ledger database's
+    # The ledger's and raw psycopg's runs: this process, the web servers, the ledger database's
     # backends. DBOS's runs: its process and its database's backends (it polls in the
     # background while idle, which must not be charged to the others).
     meter = CpuMeter(monitor, dbs[:1])
-    meter.groups = [gunicorn_pid]
+    meter.groups = list(server_pids)
     dbos_meter = CpuMeter(monitor, dbs[1:])
     dbos_meter.pids = [dbos.process.pid]
     counter = [0]
@@ -670,12 +686,14 @@ def bench(args: argparse.Namespace, raw: RawPeer, ledger: LedgerPeer, http: Http
                   ledger.fresh, ledger.connect, ledger.close)
             timed(f"ledger in process replay {threads:>2}t", threads, ops,
                   ledger.replay, ledger.connect, ledger.close)
-        for clients in (1, 16):
-            ops = ids("http", args.http_ops if clients > 1 else args.http_ops // 4)
-            timed(f"ledger HTTP       fresh  {clients:>2}c", clients, ops,
-                  http.fresh, http.connect, http.close)
-            timed(f"ledger HTTP       replay {clients:>2}c", clients, ops,
-                  http.replay, http.connect, http.close)
+        for server, http in https.items():
+            label = HTTP_LABEL[server]
+            for clients in (1, 16):
+                ops = ids("http", args.http_ops if clients > 1 else args.http_ops // 4)
+                timed(f"{label} fresh  {clients:>2}c", clients, ops,
+                      http.fresh, http.connect, http.close)
+                timed(f"{label} replay {clients:>2}c", clients, ops,
+                      http.replay, http.connect, http.close)
 
         def last(name: str) -> Run:
             return scenarios[name].runs[-1]
@@ -692,6 +710,9 @@ def bench(args: argparse.Namespace, raw: RawPeer, ledger: LedgerPeer, http: Http
         ratios.setdefault("HTTP fresh 16c / DBOS in process fresh 8t (> 1)", []).append(
             last("ledger HTTP       fresh  16c").ops_per_second
             / last("DBOS 3.4          fresh   8t").ops_per_second)
+        ratios.setdefault("HTTP replay 16c: granian / gunicorn", []).append(
+            last("ledger HTTP       replay 16c").ops_per_second
+            / last("gunicorn HTTP     replay 16c").ops_per_second)
 
     # Statements per action.
     from django.db import connection
@@ -719,6 +740,7 @@ def bench(args: argparse.Namespace, raw: RawPeer, ledger: LedgerPeer, http: Http
             if name.startswith("DBOS") and cmd in name:
                 sc.statements = counts["statements"] / 20
                 sc.statements_how = f"SQLAlchemy, {counts['commits'] / 20:.1f} commits"
+    http = https[SERVERS[0]]
     if not args.skip_server_counts:
         for cmd in ("fresh", "replay"):
             ops = ids("xact", 50)
@@ -732,7 +754,7 @@ def bench(args: argparse.Namespace, raw: RawPeer, ledger: LedgerPeer, http: Http
             # The ledger's database only: DBOS's idle peer polls its own in the background.
             per_action = server_transactions(dbs[:1], run_http)
             for name, sc in scenarios.items():
-                if name.startswith("ledger HTTP") and cmd in name:
+                if "HTTP" in name and cmd in name:
                     sc.statements, sc.statements_how = per_action, "pg_stat_database xacts"
     monitor.close()
 
@@ -758,7 +780,7 @@ def bench(args: argparse.Namespace, raw: RawPeer, ledger: LedgerPeer, http: Http
     cores = os.cpu_count() or 1
     lines.append(
         f"  CPU per HTTP replay {http_replay.cpu_ms():.2f} ms, per HTTP fresh "
-        f"{http_fresh.cpu_ms():.2f} ms (gunicorn + PostgreSQL + client, not the provider): "
+        f"{http_fresh.cpu_ms():.2f} ms (granian + PostgreSQL + client, not the provider): "
         f"{cores} idle cores would serve about {cores * 1000 / http_replay.cpu_ms():.0f} "
         f"replays/s")
     lines.append(f"machine: {os.cpu_count()} cores, load average "

@@ -1,5 +1,6 @@
-"""Production WSGI server settings for the ledger (gunicorn), the ones bench/peers.py measures,
-and process management (the whole process group stops and restarts together).
+"""WSGI server settings for the ledger under gunicorn — a supported alternative to the recommended
+deploy/web.py (granian), measured beside it by bench/peers.py — and process management (the
+whole process group stops and restarts together).
 
     .venv/bin/gunicorn -c deploy/gunicorn.conf.py config.wsgi
 
@@ -29,13 +30,9 @@ Why these values:
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 import multiprocessing
 import os
-import signal
-import sys
 from typing import Any
 
 # --- Performance tuning ----------------------------------------------------------------------
@@ -73,16 +70,6 @@ loglevel = os.environ.get("GUNICORN_LOGLEVEL", "warning")
 # - the listen socket is not inherited by anything else, so a restart binds at once.
 proc_name = "agent-ledger-web"
 
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_the_master(master_pid: int) -> None:
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != master_pid:  # the master died before the request was registered
-        os._exit(0)
-
 
 def when_ready(server: Any) -> None:
     gc.collect()
@@ -90,7 +77,9 @@ def when_ready(server: Any) -> None:
 
 
 def post_fork(server: Any, worker: Any) -> None:
-    _die_with_the_master(server.pid)
+    from config.processes import die_with_parent  # the project root is on the path by now
+
+    die_with_parent(server.pid)
 
 
 def child_exit(server: Any, worker: Any) -> None:

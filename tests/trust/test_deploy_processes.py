@@ -1,4 +1,5 @@
-"""deploy/: gunicorn's workers never outlive their master, and the systemd units stop and
+"""deploy/: the web server's workers (granian's and gunicorn's) never outlive their master, a
+dead granian worker is replaced and its live gauges dropped, and the systemd units stop and
 restart the whole process group."""
 
 from __future__ import annotations
@@ -47,30 +48,55 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
-def test_killing_the_master_takes_its_workers_and_frees_the_port(tmp_path):
-    port = free_port()
-    env = os.environ | {"GUNICORN_BIND": f"127.0.0.1:{port}", "GUNICORN_WORKERS": "2",
-                        "LEDGER_VAR_DIR": str(tmp_path),
-                        "DJANGO_SETTINGS_MODULE": "config.settings"}
-    gunicorn = str(Path(sys.executable).parent / "gunicorn")
-    master = subprocess.Popen([gunicorn, "-c", "deploy/gunicorn.conf.py", "config.wsgi"],
-                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(150):
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        # The first worker may answer before the master has forked the second one.
-        for _ in range(100):
-            workers = children_of(master.pid)
-            if len(workers) == 2:
+def start_server(server: str, port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """The production web server as deploy/ starts it: granian (deploy/web.py, recommended) or
+    gunicorn (deploy/gunicorn.conf.py), with two workers."""
+    if server == "granian":
+        command = [sys.executable, "deploy/web.py"]
+        env = env | {"GRANIAN_PORT": str(port), "GRANIAN_WORKERS": "2"}
+    else:
+        command = [str(Path(sys.executable).parent / "gunicorn"), "-c", "deploy/gunicorn.conf.py",
+                   "config.wsgi"]
+        env = env | {"GUNICORN_BIND": f"127.0.0.1:{port}", "GUNICORN_WORKERS": "2"}
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def wait_for_workers(master: subprocess.Popen[bytes], port: int) -> list[int]:
+    for _ in range(150):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
                 break
+        except httpx.HTTPError:
             time.sleep(0.1)
-        assert len(workers) == 2
+    # The first worker may answer before the master has forked the second one.
+    for _ in range(100):
+        workers = children_of(master.pid)
+        if len(workers) == 2:
+            break
+        time.sleep(0.1)
+    assert len(workers) == 2
+    return workers
+
+
+def stop(master: subprocess.Popen[bytes]) -> None:
+    children = children_of(master.pid)
+    if master.poll() is None:
+        master.kill()
+    for pid in children:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
+@pytest.mark.parametrize("server", ["granian", "gunicorn"])
+def test_killing_the_master_takes_its_workers_and_frees_the_port(server, tmp_path):
+    port = free_port()
+    env = os.environ | {"LEDGER_VAR_DIR": str(tmp_path),
+                        "DJANGO_SETTINGS_MODULE": "config.settings"}
+    master = start_server(server, port, env)
+    try:
+        workers = wait_for_workers(master, port)
 
         master.send_signal(signal.SIGKILL)
         master.wait(timeout=10)
@@ -80,15 +106,50 @@ def test_killing_the_master_takes_its_workers_and_frees_the_port(tmp_path):
                 break
             time.sleep(0.1)
         assert not any(alive(pid) for pid in workers), "orphaned workers kept running"
-        with socket.socket() as rebind:  # a restart on the same port can bind (as gunicorn
-            rebind.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # binds: REUSEADDR)
+        with socket.socket() as rebind:  # a restart on the same port can bind (as the servers
+            rebind.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # bind: REUSEADDR)
             rebind.bind(("127.0.0.1", port))
             rebind.listen()
     finally:
-        if master.poll() is None:
-            master.kill()
-        for pid in children_of(master.pid):
-            os.kill(pid, signal.SIGKILL)
+        stop(master)
+
+
+LIVE_GAUGE_WRITER = (
+    "import os\n"
+    "from prometheus_client import Gauge\n"
+    "Gauge('ledger_test_live', 'a live gauge', multiprocess_mode='livesum').set(5)\n"
+    "print(os.getpid())\n"
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
+def test_granian_replaces_a_killed_worker_and_its_live_gauges_go_with_it(tmp_path):
+    """granian has no child_exit hook: a dead process's live gauges are dropped by the next
+    worker that starts — here the one that replaces a worker killed with SIGKILL."""
+    metrics = tmp_path / "prometheus"
+    metrics.mkdir()
+    env = os.environ | {"LEDGER_VAR_DIR": str(tmp_path), "PROMETHEUS_MULTIPROC_DIR": str(metrics),
+                        "DJANGO_SETTINGS_MODULE": "config.settings"}
+    port = free_port()
+    master = start_server("granian", port, env)
+    try:
+        workers = wait_for_workers(master, port)
+        gone = int(subprocess.run([sys.executable, "-c", LIVE_GAUGE_WRITER], env=env, check=True,
+                                  capture_output=True, text=True, timeout=60).stdout)
+        dead_file = next(metrics.glob(f"gauge_live*_{gone}.db"))
+
+        os.kill(workers[0], signal.SIGKILL)
+
+        for _ in range(200):  # granian respawns a failed worker after its respawn interval
+            replacement = set(children_of(master.pid)) - set(workers)
+            if replacement and not dead_file.exists():
+                break
+            time.sleep(0.1)
+        assert replacement, "the killed worker was not replaced"
+        assert not dead_file.exists(), "the dead process's live gauges are still reported"
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+    finally:
+        stop(master)
 
 
 @pytest.mark.parametrize("unit", ["agent-ledger-web.service", "agent-ledger-worker.service",

@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -224,3 +225,19 @@ def test_celery_drops_a_finished_pool_processs_live_gauges(dead_process_gauge):
     signals.worker_process_shutdown.send(sender=None, pid=pid, exitcode=0)
 
     assert not gauge_file.exists()
+
+
+def test_a_new_granian_worker_drops_dead_workers_live_gauges_and_keeps_the_living(
+        dead_process_gauge):
+    """granian has no child_exit hook: each worker, as it starts (which is also when a dead one
+    is replaced), forgets the live gauges of processes that no longer run."""
+    from config.processes import forget_dead_processes
+
+    pid, gauge_file = dead_process_gauge
+    own = gauge_file.with_name(gauge_file.name.replace(f"_{pid}.db", f"_{os.getpid()}.db"))
+    shutil.copy(gauge_file, own)  # this (running) process's own gauges stay
+
+    assert forget_dead_processes(gauge_file.parent) == [pid]
+
+    assert not gauge_file.exists() and own.exists()
+    assert forget_dead_processes(gauge_file.parent) == []  # nothing left to forget
