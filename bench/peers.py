@@ -21,8 +21,9 @@ It prints ops/s (median over rounds), p50 and p99 latency (all rounds pooled), C
 (this process, the web servers' workers, the DBOS peer and the PostgreSQL backends of the
 benchmark's databases, from /proc — the provider excluded; unlike ops/s it barely depends on
 how busy the machine is), statements per action (libpq protocol trace in this process;
-SQLAlchemy's cursor events inside the DBOS peer; through HTTP, PostgreSQL transactions per action from pg_stat_database, which for the ledger is
-the same number as every statement is its own autocommit transaction), WAL bytes per action
+SQLAlchemy's cursor events inside the DBOS peer; through HTTP, PostgreSQL transactions per
+action from pg_stat_database, which for the ledger is the same number as every statement is its
+own autocommit transaction), WAL bytes per action
 (pg_current_wal_lsn before and after each run; cluster-wide, so other users of the server add
 to it: the smallest round is shown), and the ratios issue 10 asks for, each computed within a
 round and reported as the median over rounds. Only ratios are meaningful on a shared machine.
