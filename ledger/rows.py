@@ -117,6 +117,8 @@ def prep_save(field: Field[Any, Any], vendor: str) -> Callable[[Any, Any], Any]:
     datetime, a str for an integer column, JSON, other backends) takes get_db_prep_save.
     tests/ledger/test_efficiency.py checks the two agree for every hot-path column."""
     slow = field.get_db_prep_save
+    if vendor == "postgresql" and type(field) is models.JSONField:
+        return _json_prep(field, slow)
     plain = _PLAIN_TYPES.get(type(field))
     if vendor != "postgresql" or plain is None:
         return slow
@@ -133,6 +135,24 @@ def prep_save(field: Field[Any, Any], vendor: str) -> Callable[[Any, Any], Any]:
             if integer is not None:
                 return connection.ops.integerfield_type_map[integer](value)
             return value
+        return slow(value, connection)
+
+    return fast
+
+
+def _json_prep(field: models.JSONField[Any], slow: Callable[[Any, Any], Any]
+               ) -> Callable[[Any, Any], Any]:
+    """A JSON column on PostgreSQL: a dict or list goes out wrapped as get_db_prep_save wraps it
+    (psycopg's Jsonb with the field's encoder), without its four calls; anything else (None
+    for SQL NULL, an expression, a scalar) takes get_db_prep_save."""
+    from django.db.backends.postgresql.operations import get_json_dumps
+    from psycopg.types.json import Jsonb
+
+    dumps = get_json_dumps(field.encoder)
+
+    def fast(value: Any, connection: Any) -> Any:
+        if type(value) is dict or type(value) is list:
+            return Jsonb(value, dumps=dumps)
         return slow(value, connection)
 
     return fast
