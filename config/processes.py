@@ -10,7 +10,9 @@ import os
 import re
 import signal
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
 # prometheus_client's multiprocess files: <kind>_<pid>.db; the live gauges are the ones that
@@ -28,6 +30,27 @@ def die_with_parent(parent_pid: int | None = None) -> None:
     parent = os.getppid()
     if parent == 1 or (parent_pid is not None and parent != parent_pid):
         os._exit(0)
+
+
+def watch_parent(parent_pid: int, *, interval: float = 1.0, grace: float = 30.0) -> None:
+    """Back up die_with_parent with a daemon thread that checks the parent every `interval`
+    seconds: once this process has been orphaned it asks itself to stop (SIGTERM, again every
+    few seconds) and, if still running after `grace` seconds, exits. A signal can be lost to a
+    server that was still installing its handlers when it came (granian's workers were seen to
+    swallow the kernel's SIGTERM that way while starting); the check cannot be."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(interval)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(min(5.0, max(deadline - time.monotonic(), 0.0)))
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _running(pid: int) -> bool:
@@ -55,3 +78,31 @@ def forget_dead_processes(directory: str | Path) -> list[int]:
     for pid in sorted(dead):
         multiprocess.mark_process_dead(pid, str(directory))
     return sorted(dead)
+
+
+# What a WSGI server itself puts in a request's environ (PEP 3333's CGI variables); headers
+# arrive as HTTP_*.
+_CGI_KEYS = frozenset({
+    "REQUEST_METHOD", "SCRIPT_NAME", "PATH_INFO", "QUERY_STRING", "CONTENT_TYPE",
+    "CONTENT_LENGTH", "SERVER_NAME", "SERVER_PORT", "SERVER_PROTOCOL", "SERVER_SOFTWARE",
+    "GATEWAY_INTERFACE", "REMOTE_ADDR", "REMOTE_PORT", "REMOTE_HOST", "HTTPS",
+})
+
+
+def without_process_environment(app: Callable[[dict[str, Any], Any], Any],
+                                environment: Mapping[str, str]) -> Callable[..., Any]:
+    """The WSGI app, given each request's environ without the process's environment variables.
+
+    granian (like wsgiref, CGI's heir) starts every request's environ as a copy of the worker's
+    os.environ — DATABASE_URL with its password, DJANGO_SECRET_KEY, provider keys — so Django's
+    request.META would carry them into anything that shows or logs a request. Only variables
+    the server sets for the request (CGI variables, HTTP_* headers) are kept under those names."""
+    dropped = tuple(key for key in environment
+                    if key not in _CGI_KEYS and not key.startswith(("HTTP_", "wsgi.")))
+
+    def application(environ: dict[str, Any], start_response: Any) -> Any:
+        for key in dropped:
+            environ.pop(key, None)
+        return app(environ, start_response)
+
+    return application

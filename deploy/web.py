@@ -36,6 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = "config.granian_worker:application"
+MASTER_PID_VARIABLE = "LEDGER_WEB_MASTER_PID"
 
 
 def _env_int(name: str, default: int | None) -> int | None:
@@ -78,6 +79,9 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     os.chdir(ROOT)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    # Read by each forked worker (config/granian_worker.py): a worker that finds another parent
+    # when it starts — the master died while it was starting — exits at once.
+    os.environ[MASTER_PID_VARIABLE] = str(os.getpid())
     from granian.server import Server
 
     Server(**settings()).serve()  # type: ignore[arg-type]

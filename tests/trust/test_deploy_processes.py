@@ -114,6 +114,37 @@ def test_killing_the_master_takes_its_workers_and_frees_the_port(server, tmp_pat
         stop(master)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
+@pytest.mark.parametrize("delay", [0.0, 0.4, 0.8])
+def test_a_master_killed_while_its_granian_workers_start_takes_them_too(delay, tmp_path):
+    """Killed while its workers are still loading the app: the kernel's signal can come before
+    a worker has asked for it, or while granian is still installing its handlers (it was seen to
+    be swallowed then); the worker's own check of its parent (config.processes.watch_parent)
+    still takes it down."""
+    env = os.environ | {"LEDGER_VAR_DIR": str(tmp_path),
+                        "DJANGO_SETTINGS_MODULE": "config.settings"}
+    master = start_server("granian", free_port(), env)
+    try:
+        for _ in range(200):
+            workers = children_of(master.pid)
+            if len(workers) == 2:
+                break
+            time.sleep(0.02)
+        assert len(workers) == 2
+        time.sleep(delay)
+
+        master.send_signal(signal.SIGKILL)
+        master.wait(timeout=10)
+
+        for _ in range(300):
+            if not any(alive(pid) for pid in workers):
+                break
+            time.sleep(0.1)
+        assert not any(alive(pid) for pid in workers), "orphaned workers kept running"
+    finally:
+        stop(master)
+
+
 LIVE_GAUGE_WRITER = (
     "import os\n"
     "from prometheus_client import Gauge\n"
@@ -169,3 +200,32 @@ def test_the_units_parse_cleanly():
                 if line.strip() and "is not executable" not in line  # /opt/… absent here
                 and "Failed to create" not in line and "bus" not in line.lower()]
     assert problems == []
+
+
+@pytest.mark.parametrize(("target", "leaks"), [("raw", True), ("cleaned", False)])
+def test_no_process_environment_variable_reaches_a_request_under_granian(target, leaks):
+    """granian starts each request's environ as a copy of the worker's os.environ (secrets and
+    all); the app it serves (config/granian_worker.py) sees only the request's own variables."""
+    port = free_port()
+    env = os.environ | {"LEDGER_CANARY_SECRET": "do-not-show", "PYTHONPATH": str(ROOT)}
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "granian"), "--interface", "wsgi", "--no-ws",
+         "--port", str(port), f"tests.trust.environ_echo_app:{target}"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True)  # its own process group: stopped with its worker
+    try:
+        for _ in range(150):
+            try:
+                names = httpx.post(f"http://127.0.0.1:{port}/x?y=1", content=b"{}", timeout=1,
+                                   headers={"X-Thing": "1"}).json()
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        assert ("LEDGER_CANARY_SECRET" in names) is leaks
+        assert ("PATH" in names) is leaks
+        # What the request itself brought is there either way.
+        assert {"REQUEST_METHOD", "PATH_INFO", "QUERY_STRING", "REMOTE_ADDR", "HTTP_X_THING",
+                "HTTP_HOST", "CONTENT_LENGTH"} <= set(names)
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=10)
