@@ -366,10 +366,13 @@ def test_a_fresh_outcome_writes_its_webhook_event_and_deliveries(api, sandbox, e
     assert ({k: v for k, v in event.payload["data"].items() if k not in urls}
             == {k: v for k, v in response.json().items() if k not in urls})
     assert event.payload["data"]["status"] == "succeeded"
-    # The payload, sent as JSON text rendered once, is what the general path stores.
-    assert event.payload == {"type": "operation.succeeded",
-                             "timestamp": serializers.iso_datetime(event.created_at),
-                             "data": outbox.operation_resource(operation)}
+    # The payload (on PostgreSQL sent as JSON text rendered once) is what the general path
+    # stores: the type, when, and the operation as the change left it.
+    assert set(event.payload) == {"type", "timestamp", "data"}
+    assert event.payload["type"] == "operation.succeeded"
+    assert event.payload["data"] == outbox.operation_resource(operation)
+    if connection.vendor == "postgresql":  # one statement wrote both, with one `now`
+        assert event.payload["timestamp"] == serializers.iso_datetime(event.created_at)
     assert list(WebhookDelivery.objects.values_list("endpoint_id", "status", "attempts")) == [
         (endpoint.pk, "pending", 0)]
     if connection.vendor == "postgresql":
