@@ -11,8 +11,9 @@ Why granian, and these values:
 - HTTP parsing, keep-alive and socket I/O run in Rust, outside the GIL; a request reaches Python
   once, in one of the worker's blocking threads. Measured side by side against gunicorn's
   gthread workers (bench/peers.py, same machine, same rounds, three runs), an HTTP replay costs
-  13–26 % less CPU across all processes and granian serves 1.23–1.29× the replays per second: gthread's main thread hands every request to a pool thread
-  and back, and those thread switches were a fifth of its worker's CPU (perf).
+  13–26 % less CPU across all processes and granian serves 1.23–1.29× the replays per
+  second: gthread's main thread hands every request to a pool thread and back, and those
+  thread switches were a fifth of its worker's CPU (perf).
 - workers = CPU cores, blocking threads = 8: the work between waits is Python (one core per
   process under the GIL); the waits are the provider and PostgreSQL's commit, and 8 threads per
   process let a worker wait on several at once. Each thread keeps its own database connection
