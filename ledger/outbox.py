@@ -88,11 +88,15 @@ def outbox_enqueue(delivery_pks: Iterable[int]) -> None:
 
 
 def _payload(operation: Operation, event_type: str, now: dt.datetime) -> dict[str, Any]:
-    return {
-        "type": event_type,
-        "timestamp": serializers.iso_datetime(now),
-        "data": operation_resource(operation),
-    }
+    payload: dict[str, Any] = json.loads(_payload_json(operation, event_type, now))
+    return payload
+
+
+def _payload_json(operation: Operation, event_type: str, now: dt.datetime) -> str:
+    """The event's payload as JSON text — its type, when, and the operation resource rendered
+    once as the API renders it."""
+    head = json.dumps({"type": event_type, "timestamp": serializers.iso_datetime(now)})
+    return f'{head[:-1]}, "data": {operation_resource_json(operation)}}}'
 
 
 # The name of the CTE, in outbox_first_outcome_sql's statement, whose rows are the deliveries.
@@ -112,34 +116,22 @@ def outbox_first_outcome_sql(*, operation: Operation, operation_source: str, eve
     agent (DELIVERIES_CTE, RETURNING their ids for outbox_enqueue)."""
     event_type = _first_outcome_type(operation.status)
     sql, event_fields, delivery_fields = _first_outcome_sql(operation_source, event_source)
-    event_values = {"event_id": WebhookEvent._meta.get_field("event_id").get_default(),
-                    "agent_id": operation.agent_id, "type": event_type,
-                    "payload": None, "created_at": now}
-    delivery_values = {f.attname: f.get_default() for f in delivery_fields} | {
-        "next_attempt_at": now, "created_at": now}
-    event_params = rows.insert_params_for(event_fields, event_values)
     # The payload goes out as the JSON text rendered once, not rendered, parsed back and
     # encoded again (jsonb stores the same value either way).
-    event_params[_payload_position(event_fields)] = Jsonb(
-        _payload_json(operation, event_type, now), dumps=_as_is)
-    params = [*event_params, *rows.insert_params_for(delivery_fields, delivery_values),
+    payload = Jsonb(_payload_json(operation, event_type, now), dumps=_as_is)
+    event_values = {"event_id": WebhookEvent._meta.get_field("event_id").get_default(),
+                    "agent_id": operation.agent_id, "type": event_type,
+                    "payload": payload, "created_at": now}
+    delivery_values = {f.attname: f.get_default() for f in delivery_fields} | {
+        "next_attempt_at": now, "created_at": now}
+    params = [*rows.insert_params_for(event_fields, event_values),
+              *rows.insert_params_for(delivery_fields, delivery_values),
               operation.agent_id]
     return sql, params
 
 
 def _as_is(text: str) -> str:
     return text
-
-
-@cache
-def _payload_position(event_fields: tuple[Any, ...]) -> int:
-    return [f.attname for f in event_fields].index("payload")
-
-
-def _payload_json(operation: Operation, event_type: str, now: dt.datetime) -> str:
-    """_payload's value as JSON text, the resource rendered once as the API renders it."""
-    head = json.dumps({"type": event_type, "timestamp": serializers.iso_datetime(now)})
-    return f'{head[:-1]}, "data": {operation_resource_json(operation)}}}'
 
 
 @cache

@@ -143,8 +143,9 @@ def prep_save(field: Field[Any, Any], vendor: str) -> Callable[[Any, Any], Any]:
 def _json_prep(field: models.JSONField[Any], slow: Callable[[Any, Any], Any]
                ) -> Callable[[Any, Any], Any]:
     """A JSON column on PostgreSQL: a dict or list goes out wrapped as get_db_prep_save wraps it
-    (psycopg's Jsonb with the field's encoder), without its four calls; anything else (None
-    for SQL NULL, an expression, a scalar) takes get_db_prep_save."""
+    (psycopg's Jsonb with the field's encoder), without its four calls; a value the caller has
+    wrapped already (JSON text it rendered itself: ledger.outbox) goes out as it is; anything
+    else (None for SQL NULL, an expression, a scalar) takes get_db_prep_save."""
     from django.db.backends.postgresql.operations import get_json_dumps
     from psycopg.types.json import Jsonb
 
@@ -153,6 +154,8 @@ def _json_prep(field: models.JSONField[Any], slow: Callable[[Any, Any], Any]
     def fast(value: Any, connection: Any) -> Any:
         if type(value) is dict or type(value) is list:
             return Jsonb(value, dumps=dumps)
+        if type(value) is Jsonb:
+            return value
         return slow(value, connection)
 
     return fast
