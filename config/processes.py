@@ -20,15 +20,14 @@ PR_SET_PDEATHSIG = 1
 _LIVE_GAUGE_FILE = re.compile(r"^gauge_live\w*_(\d+)\.db$")
 
 
-def die_with_parent(parent_pid: int | None = None) -> None:
-    """Ask the kernel for SIGTERM the moment this process's parent (the server's master) dies,
-    so a master killed with SIGKILL leaves no orphaned workers serving on its port. If the
-    parent is already gone (or is not `parent_pid`), exit now: the signal would never come."""
+def die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel for SIGTERM the moment this process's parent (the server's master,
+    `parent_pid`) dies, so a master killed with SIGKILL leaves no orphaned workers serving on
+    its port. If the parent is already another process, exit now: the signal would never come."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    parent = os.getppid()
-    if parent == 1 or (parent_pid is not None and parent != parent_pid):
+    if os.getppid() != parent_pid:
         os._exit(0)
 
 
@@ -55,11 +54,11 @@ def watch_parent(parent_pid: int, *, interval: float = 1.0, grace: float = 30.0)
 
 def _running(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # PermissionError: running, as another user
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 
@@ -70,14 +69,12 @@ def forget_dead_processes(directory: str | Path) -> list[int]:
     process IDs forgotten."""
     from prometheus_client import multiprocess
 
-    dead = set()
-    for path in Path(directory).glob("gauge_live*_*.db"):
-        match = _LIVE_GAUGE_FILE.match(path.name)
-        if match and int(match[1]) != os.getpid() and not _running(int(match[1])):
-            dead.add(int(match[1]))
-    for pid in sorted(dead):
+    writers = {int(match[1]) for path in Path(directory).glob("gauge_live*_*.db")
+               if (match := _LIVE_GAUGE_FILE.match(path.name))}
+    dead = sorted(pid for pid in writers if pid != os.getpid() and not _running(pid))
+    for pid in dead:
         multiprocess.mark_process_dead(pid, str(directory))
-    return sorted(dead)
+    return dead
 
 
 # What a WSGI server itself puts in a request's environ (PEP 3333's CGI variables); headers

@@ -17,6 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.trust.test_metrics_and_readiness import LIVE_GAUGE_WRITER
+
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "deploy" / "systemd"
 
@@ -62,6 +64,16 @@ def start_server(server: str, port: int, env: dict[str, str]) -> subprocess.Pope
                             stderr=subprocess.DEVNULL)
 
 
+def two_workers(master: subprocess.Popen[bytes], *, tries: int, pause: float) -> list[int]:
+    for _ in range(tries):
+        workers = children_of(master.pid)
+        if len(workers) == 2:
+            break
+        time.sleep(pause)
+    assert len(workers) == 2
+    return workers
+
+
 def wait_for_workers(master: subprocess.Popen[bytes], port: int) -> list[int]:
     for _ in range(150):
         try:
@@ -70,13 +82,15 @@ def wait_for_workers(master: subprocess.Popen[bytes], port: int) -> list[int]:
         except httpx.HTTPError:
             time.sleep(0.1)
     # The first worker may answer before the master has forked the second one.
-    for _ in range(100):
-        workers = children_of(master.pid)
-        if len(workers) == 2:
+    return two_workers(master, tries=100, pause=0.1)
+
+
+def assert_all_exit(workers: list[int], *, seconds: float) -> None:
+    for _ in range(int(seconds * 10)):
+        if not any(alive(pid) for pid in workers):
             break
         time.sleep(0.1)
-    assert len(workers) == 2
-    return workers
+    assert not any(alive(pid) for pid in workers), "orphaned workers kept running"
 
 
 def stop(master: subprocess.Popen[bytes]) -> None:
@@ -101,11 +115,7 @@ def test_killing_the_master_takes_its_workers_and_frees_the_port(server, tmp_pat
         master.send_signal(signal.SIGKILL)
         master.wait(timeout=10)
 
-        for _ in range(100):  # the kernel's SIGTERM arrives at once; allow a slow machine
-            if not any(alive(pid) for pid in workers):
-                break
-            time.sleep(0.1)
-        assert not any(alive(pid) for pid in workers), "orphaned workers kept running"
+        assert_all_exit(workers, seconds=10)  # the kernel's SIGTERM comes at once; a slow machine
         with socket.socket() as rebind:  # a restart on the same port can bind (as the servers
             rebind.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # bind: REUSEADDR)
             rebind.bind(("127.0.0.1", port))
@@ -125,32 +135,15 @@ def test_a_master_killed_while_its_granian_workers_start_takes_them_too(delay, t
                         "DJANGO_SETTINGS_MODULE": "config.settings"}
     master = start_server("granian", free_port(), env)
     try:
-        for _ in range(200):
-            workers = children_of(master.pid)
-            if len(workers) == 2:
-                break
-            time.sleep(0.02)
-        assert len(workers) == 2
+        workers = two_workers(master, tries=200, pause=0.02)
         time.sleep(delay)
 
         master.send_signal(signal.SIGKILL)
         master.wait(timeout=10)
 
-        for _ in range(300):
-            if not any(alive(pid) for pid in workers):
-                break
-            time.sleep(0.1)
-        assert not any(alive(pid) for pid in workers), "orphaned workers kept running"
+        assert_all_exit(workers, seconds=30)
     finally:
         stop(master)
-
-
-LIVE_GAUGE_WRITER = (
-    "import os\n"
-    "from prometheus_client import Gauge\n"
-    "Gauge('ledger_test_live', 'a live gauge', multiprocess_mode='livesum').set(5)\n"
-    "print(os.getpid())\n"
-)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
