@@ -10,12 +10,13 @@ The format is documented in README ("Guard your own tool"); config/tools.toml is
 from __future__ import annotations
 
 import hashlib
+import operator
 import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -84,10 +85,13 @@ LedgerValidator = validators.extend(
 # Keywords that only annotate: they never make an instance invalid.
 _ANNOTATIONS = frozenset({"title", "description", "$comment", "examples", "default",
                           "deprecated", "readOnly", "writeOnly"})
-_QUICK_PROPERTY_KEYWORDS = _ANNOTATIONS | {"type", "pattern", "minLength", "maxLength",
+_QUICK_PROPERTY_KEYWORDS = _ANNOTATIONS | {"type", "pattern", "minLength", "maxLength", "enum",
                                            "minimum", "maximum", "exclusiveMinimum",
-                                           "exclusiveMaximum", "enum"}
+                                           "exclusiveMaximum"}
 _QUICK_TYPES = {"string": str, "integer": int, "boolean": bool}
+# A bound keyword and what must hold between an integer and it.
+_BOUNDS = {"minimum": operator.ge, "maximum": operator.le, "exclusiveMinimum": operator.gt,
+           "exclusiveMaximum": operator.lt}
 
 
 def quick_acceptance(schema: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], bool] | None:
@@ -127,6 +131,10 @@ def quick_acceptance(schema: Mapping[str, Any]) -> Callable[[Mapping[str, Any]],
     return accepts
 
 
+def _holds(relation: Callable[[Any, Any], bool], bound: int, value: int) -> bool:
+    return relation(value, bound)
+
+
 def _quick_property(spec: Any) -> Callable[[Any], bool] | None:
     if not isinstance(spec, Mapping) or set(spec) - _QUICK_PROPERTY_KEYWORDS:
         return None
@@ -153,18 +161,12 @@ def _quick_property(spec: Any) -> Callable[[Any], bool] | None:
     elif {"pattern", "minLength", "maxLength"} & set(spec):
         return None  # they only constrain strings: nothing to check, but keep the subset plain
     if kind is int:
-        bounds = [(spec[k], k) for k in ("minimum", "maximum", "exclusiveMinimum",
-                                         "exclusiveMaximum") if k in spec]
-        if not all(type(b) is int for b, _ in bounds):
+        bounds = {keyword: spec[keyword] for keyword in _BOUNDS if keyword in spec}
+        if not all(type(bound) is int for bound in bounds.values()):
             return None
-        for bound, keyword in bounds:
-            tests.append({
-                "minimum": lambda v, b=bound: v >= b,
-                "maximum": lambda v, b=bound: v <= b,
-                "exclusiveMinimum": lambda v, b=bound: v > b,
-                "exclusiveMaximum": lambda v, b=bound: v < b,
-            }[keyword])
-    elif {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} & set(spec):
+        tests.extend(partial(_holds, _BOUNDS[keyword], bound)
+                     for keyword, bound in bounds.items())
+    elif _BOUNDS.keys() & set(spec):
         return None
 
     def check(value: Any) -> bool:
