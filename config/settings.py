@@ -313,6 +313,9 @@ LEDGER_AUTH_FAILURE_RATE = env_str("LEDGER_AUTH_FAILURE_RATE", "30/min")
 LEDGER_LONG_POLL_FIRST_INTERVAL_SECONDS = env_float("LEDGER_LONG_POLL_FIRST_INTERVAL_SECONDS",
                                                     0.1)
 LEDGER_LONG_POLL_INTERVAL_SECONDS = env_float("LEDGER_LONG_POLL_INTERVAL_SECONDS", 0.5)
+# The longest a long poll is held, whatever wait (0-30) the client asked for: the answer is the
+# current state when this runs out, and a client polls again (the SDKs do).
+LEDGER_LONG_POLL_MAX_SECONDS = env_float("LEDGER_LONG_POLL_MAX_SECONDS", 30.0)
 # Webhooks: per-attempt timeout, backoff between attempts (exponential with jitter), how long
 # a delivery is retried before it is given up (at least a day), and how long a worker's claim
 # on a delivery hides it from the sweep (longer than the timeout; a killed worker's delivery is

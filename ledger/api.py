@@ -167,7 +167,9 @@ class OperationDetailApi(APIView):
             "wait", {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_SECONDS},
             required=False,
             description="Long-poll: answer as soon as the status changes, or after this many "
-                        "seconds (0-30) with the current state."
+                        "seconds (0-30) with the current state. A deployment may hold a "
+                        "poll for less (LEDGER_LONG_POLL_MAX_SECONDS); poll again while the "
+                        "status is not terminal."
         )],
         responses={200: OperationSerializer,
                    400: OpenApiResponse(description="wait is not an integer from 0 to 30.")},

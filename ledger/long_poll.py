@@ -34,7 +34,7 @@ def release_connection() -> None:
 
 def wait_for_change(*, agent: AgentCredential, operation: Operation,
                     seconds: float) -> Operation:
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + min(seconds, float(settings.LEDGER_LONG_POLL_MAX_SECONDS))
     seen = observed(operation)
     interval = float(settings.LEDGER_LONG_POLL_FIRST_INTERVAL_SECONDS)
     ceiling = float(settings.LEDGER_LONG_POLL_INTERVAL_SECONDS)

@@ -220,3 +220,18 @@ def test_long_poll_also_answers_when_the_case_goes_to_a_person(api, agent, sandb
     assert body["reconciliation"]["state"] == "awaiting_review"
     assert int(response["Retry-After"]) == AWAITING_REVIEW_RETRY_AFTER
     assert elapsed < 20
+
+
+def test_a_deployment_cap_holds_a_long_poll_no_longer_than_the_cap(api, settings, monkeypatch):
+    claim(api)
+    settings.LEDGER_LONG_POLL_MAX_SECONDS = 0.3
+    slept: list[float] = []
+    real_sleep = time.sleep
+    monkeypatch.setattr("ledger.long_poll.time.sleep",
+                        lambda seconds: (slept.append(seconds), real_sleep(seconds)))
+
+    response = api.get(URL, {"wait": "30"})
+
+    assert response.status_code == 200 and response.json()["status"] == "in_flight"
+    assert slept and sum(slept) <= 0.3 + 1e-9
+    assert int(response["Retry-After"]) > 0
