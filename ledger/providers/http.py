@@ -19,19 +19,22 @@ that is exactly one placeholder keeps the value's JSON type, and "{params}" is e
 from __future__ import annotations
 
 import email.utils
+import json
 import logging
 import os
 import re
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import quote, urlsplit
 
 import httpx
 
 from ledger import metrics
+from ledger.providers import transport
 from ledger.providers.base import (
     Capabilities,
     Confirmed,
@@ -67,13 +70,23 @@ _NOT_SENT_ERRORS: tuple[type[Exception], ...] = (
 
 
 def classify_transport_error(exc: Exception) -> SendOutcome:
+    """An httpx error (the Stripe SDK's transport, a proxied call) or one of
+    ledger.providers.transport's, which carry the same names."""
     name = type(exc).__name__
-    if isinstance(exc, _NOT_SENT_ERRORS):
+    if isinstance(exc, transport.TransportError):
+        sent, timeout = exc.may_have_been_sent, isinstance(exc, transport.TIMEOUTS)
+    else:
+        sent = not isinstance(exc, _NOT_SENT_ERRORS)
+        timeout = isinstance(exc, httpx.TimeoutException)
+    if not sent:
         return NotSent(error_class=f"transport.{name}")
     # WriteTimeout, ReadTimeout, RemoteProtocolError, ReadError, WriteError: may have been sent.
-    reason = (UnknownReason.TIMEOUT_AFTER_SEND if isinstance(exc, httpx.TimeoutException)
-              else UnknownReason.CONNECTION_RESET)
+    reason = UnknownReason.TIMEOUT_AFTER_SEND if timeout else UnknownReason.CONNECTION_RESET
     return Unknown(error_class=f"transport.{name}", reason=reason)
+
+
+# What the connector's calls raise: the lean transport's errors, or httpx's on its path.
+TRANSPORT_ERRORS = (transport.TransportError, httpx.HTTPError)
 
 
 # --- JSON Pointer (RFC 6901) -------------------------------------------------------------------
@@ -194,7 +207,19 @@ class ResponseRules:
 DEFAULT_RULES = ResponseRules()
 
 
-def retry_after_seconds(response: httpx.Response) -> float | None:
+class ProviderResponse(Protocol):
+    """What classification reads of an answer: transport.Response or an httpx.Response."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def headers(self) -> Any: ...  # case-insensitive .get()
+
+    def json(self) -> Any: ...
+
+
+def retry_after_seconds(response: ProviderResponse) -> float | None:
     raw = response.headers.get("Retry-After", "").strip()
     if not raw:
         return None
@@ -217,7 +242,7 @@ def _error_code(body: Any, status: int, rules: ResponseRules) -> str:
     return str(status)
 
 
-def classify_response(response: httpx.Response, rules: ResponseRules = DEFAULT_RULES
+def classify_response(response: ProviderResponse, rules: ResponseRules = DEFAULT_RULES
                       ) -> SendOutcome:
     status = response.status_code
     body = _json_or_empty(response)
@@ -251,7 +276,7 @@ def classify_response(response: httpx.Response, rules: ResponseRules = DEFAULT_R
     return Unknown(error_class=f"http_{status}.{code}", reason=reason)
 
 
-def _json_or_empty(response: httpx.Response) -> Any:
+def _json_or_empty(response: ProviderResponse) -> Any:
     try:
         return response.json()
     except ValueError:
@@ -432,7 +457,11 @@ def build_http(reader: SettingsReader, context: ConnectorContext, *, name: str
 
 class HttpJsonConnector:
     """Sends one request per attempt with the operation's key; looks up by the provider's
-    reference, by key or by our reference, and reads the fields the reconciler verifies."""
+    reference, by key or by our reference, and reads the fields the reconciler verifies.
+
+    Calls go out over ledger.providers.transport (kept-alive http.client connections); through
+    httpx instead when an environment proxy applies to the base URL (HTTP_PROXY, HTTPS_PROXY,
+    ALL_PROXY, NO_PROXY, which httpx honours) or when a test hands in an httpx transport."""
 
     def __init__(self, *, name: str, capabilities: Capabilities, settings: HttpSettings,
                  transport: httpx.BaseTransport | None = None) -> None:
@@ -440,30 +469,33 @@ class HttpJsonConnector:
         self.capabilities = capabilities
         self.settings = settings
         self._transport = transport
-        self._clients: dict[tuple[int, str], httpx.Client] = {}
+        # Per process and base URL: None for the lean transport, else the httpx client.
+        self._clients: dict[tuple[int, str], httpx.Client | None] = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"HttpJsonConnector({self.name!r})"
 
-    def _client(self) -> httpx.Client:
-        """One pooled client per process and base URL: building a client (and its TLS context)
-        per call costs more than the call. Keyed by pid because a forked Celery child must not
-        share its parent's sockets."""
-        key = (os.getpid(), str(self.settings.base_url()))
-        client = self._clients.get(key)
-        if client is None:
-            with self._lock:
-                client = self._clients.get(key)
-                if client is None:
-                    client = httpx.Client(
-                        base_url=key[1],
+    def _client(self, base_url: str) -> httpx.Client | None:
+        """None: the lean transport. Otherwise one pooled httpx client per process and base
+        URL (building one per call costs more than the call; keyed by pid because a forked
+        Celery child must not share its parent's sockets)."""
+        key = (os.getpid(), base_url)
+        try:
+            return self._clients[key]
+        except KeyError:
+            pass
+        with self._lock:
+            if key not in self._clients:
+                self._clients[key] = (
+                    httpx.Client(
+                        base_url=base_url,
                         transport=self._transport,
-                        headers={"User-Agent": "agent-ledger/1"},
+                        headers={"User-Agent": transport.USER_AGENT},
                         limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
                     )
-                    self._clients[key] = client
-        return client
+                    if self._transport is not None or _proxied(base_url) else None)
+            return self._clients[key]
 
     def _headers(self, key: str | None) -> dict[str, str]:
         headers = {name: value.value if isinstance(value, Secret) else value
@@ -472,9 +504,25 @@ class HttpJsonConnector:
             headers[self.settings.idempotency_header] = key
         return headers
 
-    @staticmethod
-    def _timeout(timeout: float) -> httpx.Timeout:
-        return httpx.Timeout(timeout, connect=min(timeout, 3.0))
+    def _call(self, method: str, url: str, *, json_body: Any, headers: dict[str, str],
+              timeout: float) -> ProviderResponse:
+        """One request; raises one of TRANSPORT_ERRORS."""
+        base_url = str(self.settings.base_url())
+        connect = min(timeout, 3.0)
+        client = self._client(base_url)
+        if client is not None:
+            return client.request(method, url, json=json_body, headers=headers,
+                                  timeout=httpx.Timeout(timeout, connect=connect))
+        body = None
+        sent_headers = {"User-Agent": transport.USER_AGENT, "Accept": "*/*", **headers}
+        if json_body is not None:
+            # As httpx's json= encodes it: compact, UTF-8, no NaN.
+            body = json.dumps(json_body, ensure_ascii=False, separators=(",", ":"),
+                              allow_nan=False).encode()
+            sent_headers["Content-Type"] = "application/json"
+        return transport.request(method, transport.join(base_url, url), body=body,
+                                 headers=sent_headers, timeout=timeout,
+                                 connect_timeout=connect)
 
     def send(self, operation: Operation, *, key: str, timeout: float) -> SendOutcome:
         spec = self.settings.send
@@ -484,11 +532,11 @@ class HttpJsonConnector:
         variables = _variables(operation, key)
         started = time.perf_counter()
         try:
-            response = self._client().request(
+            response = self._call(
                 spec.method, render_url(spec.url, variables),
-                json=render_body(spec.body, variables) if spec.method != "GET" else None,
-                headers=self._headers(key), timeout=self._timeout(timeout))
-        except httpx.HTTPError as exc:
+                json_body=render_body(spec.body, variables) if spec.method != "GET" else None,
+                headers=self._headers(key), timeout=timeout)
+        except TRANSPORT_ERRORS as exc:
             outcome = classify_transport_error(exc)
         else:
             outcome = classify_response(response, spec.rules)
@@ -521,18 +569,19 @@ class HttpJsonConnector:
             return Unavailable(error_class="lookup_not_supported")
         started = time.perf_counter()
         try:
-            return self._lookup(spec, operation, self._timeout(timeout))
-        except httpx.HTTPError as exc:
+            return self._lookup(spec, operation, timeout)
+        except TRANSPORT_ERRORS as exc:
             return Unavailable(error_class=f"transport.{type(exc).__name__}")
         finally:
             metrics.PROVIDER_LATENCY.labels(self.name, "lookup").observe(
                 time.perf_counter() - started)
 
-    def _get(self, url: str, timeout: httpx.Timeout) -> httpx.Response:
-        return self._client().get(url, headers=self._headers(None), timeout=timeout)
+    def _get(self, url: str, timeout: float) -> ProviderResponse:
+        return self._call("GET", url, json_body=None, headers=self._headers(None),
+                          timeout=timeout)
 
     def _lookup(self, spec: LookupSpec, operation: Operation,
-                timeout: httpx.Timeout) -> LookupOutcome:
+                timeout: float) -> LookupOutcome:
         variables = _variables(operation, operation.idempotency_key)
         if spec.by_provider_reference and operation.provider_request_id:
             response = self._get(render_url(spec.by_provider_reference, variables), timeout)
@@ -576,3 +625,15 @@ class HttpJsonConnector:
                      provider_request_id="" if reference is MISSING else str(reference),
                      status=status, matches=len(items),
                      raw=first if isinstance(first, dict) else {})
+
+
+def _proxied(base_url: str) -> bool:
+    """Whether an environment proxy applies to this base URL (read as httpx reads it, once per
+    process and base URL)."""
+    proxies = urllib.request.getproxies_environment()
+    parts = urlsplit(base_url)
+    if not (proxies.get(parts.scheme) or proxies.get("all")):
+        return False
+    bypassed: bool = urllib.request.proxy_bypass_environment(  # type: ignore[attr-defined]
+        parts.hostname or "", proxies)
+    return not bypassed
