@@ -11,10 +11,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.middleware import AuthenticationMiddleware
 from django.contrib.messages.middleware import MessageMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware
 from django.http import HttpRequest, HttpResponse, HttpResponseNotFound
+from django.middleware.csp import ContentSecurityPolicyMiddleware as DjangoCspMiddleware
+from django.utils.csp import CSP, build_policy
 from django_htmx.middleware import HtmxMiddleware
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
@@ -205,3 +208,33 @@ class BrowserOnlyMessageMiddleware(_BrowserOnly, MessageMiddleware):
 
 class BrowserOnlyHtmxMiddleware(_BrowserOnly, HtmxMiddleware):
     pass
+
+
+class ContentSecurityPolicyMiddleware(DjangoCspMiddleware):
+    """Django's, except that a policy without a nonce (no template used one: every API answer)
+    is built once per configuration instead of for every response; a response whose page used
+    the nonce gets its own, as before."""
+
+    _built: dict[int, tuple[Any, str]] = {}
+
+    def process_response(self, request: HttpRequest, response: Any) -> Any:
+        if getattr(request, "_csp_nonce", None):  # a page used this request's nonce
+            return super().process_response(request, response)
+        sentinel = object()
+        if (config := getattr(response, "_csp_config", sentinel)) is sentinel:
+            config = settings.SECURE_CSP
+        if (report_only := getattr(response, "_csp_ro_config", sentinel)) is sentinel:
+            report_only = settings.SECURE_CSP_REPORT_ONLY
+        for header, chosen in ((CSP.HEADER_ENFORCE, config), (CSP.HEADER_REPORT_ONLY,
+                                                                 report_only)):
+            if chosen and header not in response:
+                response.headers[str(header)] = self._policy(chosen)
+        return response
+
+    def _policy(self, config: Any) -> str:
+        # Keyed by the configuration object (settings replaced in a test are another object);
+        # the object is kept with it, so an id is never reused for a different one.
+        built = self._built.get(id(config))
+        if built is None or built[0] is not config:
+            built = self._built[id(config)] = (config, build_policy(config, None))
+        return built[1]

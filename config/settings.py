@@ -134,7 +134,7 @@ MIDDLEWARE = [
     "config.middleware.LoadSheddingMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    "config.middleware.ContentSecurityPolicyMiddleware",  # Django's, policy built once
     "config.middleware.BrowserOnlySessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

@@ -294,3 +294,16 @@ def test_terminal_rows_made_by_transitions_replay(api, agent, status, sandbox):
     response = post(api, submit_body())
     assert response.status_code == 200
     assert response.json()["status"] == status
+
+
+def test_an_api_answer_carries_the_policy_djangos_csp_middleware_builds_without_a_nonce(
+        api, sandbox, settings):
+    from django.utils.csp import build_policy
+
+    first = post(api, submit_body())
+    replay = post(api, submit_body())
+    expected = build_policy(settings.SECURE_CSP, None)
+    assert first["Content-Security-Policy"] == replay["Content-Security-Policy"] == expected
+    assert "nonce-" not in expected and "script-src 'self'" in expected
+    settings.SECURE_CSP = {"default-src": ["'none'"]}  # another configuration, another policy
+    assert post(api, submit_body())["Content-Security-Policy"] == "default-src 'none'"

@@ -486,6 +486,24 @@ def test_resource_urls_are_built_exactly_as_reverse_builds_them(operation_id):
             set_script_prefix("/")
 
 
+@pytest.mark.parametrize("operation_id", [
+    OPERATION_ID, "a:b", "wf 1:x", "x%2Fy", "caf\u00e9:1", "!$&'()*+,;=~@", "q?x#y",
+])
+@pytest.mark.parametrize(("host", "secure"), [("127.0.0.1:8000", False), ("testserver", True)])
+def test_absolute_resource_urls_are_what_build_absolute_uri_gives(operation_id, host, secure,
+                                                                  settings):
+    from django.test import RequestFactory
+
+    from ledger.serializers import absolute_url, url_with_arg
+
+    settings.ALLOWED_HOSTS = ["127.0.0.1", "testserver"]
+    for path in (url_with_arg("api:operation-detail", operation_id),
+                 url_with_arg("portal:status", "abc123"), "//evil.example/x", "relative"):
+        request = RequestFactory().get("/", HTTP_HOST=host, secure=secure)
+        first, second = absolute_url(request, path), absolute_url(request, path)
+        assert first == second == request.build_absolute_uri(path)
+
+
 @requires_postgres
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.filterwarnings("ignore:DateTimeField .* received a naive datetime")
