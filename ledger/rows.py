@@ -45,10 +45,16 @@ def fetchone(sql: str, params: Sequence[Any], alias: str = "default") -> tuple[A
         # Django opens connections with preparation off; allow it for explicit prepare=True
         # only (Django's own client-side cursors are never prepared).
         raw.prepare_threshold = ONLY_EXPLICIT
+    # One cursor per connection, kept: a new one per statement costs its set-up and the
+    # lookup of a dumper for every parameter type again.
+    hot: psycopg.Cursor[Any] | None = getattr(connection, "_ledger_hot_cursor", None)
+    if hot is None or hot.connection is not raw or hot.closed:
+        hot = psycopg.Cursor(raw)
+        connection._ledger_hot_cursor = hot  # type: ignore[attr-defined]
     started = time.monotonic()
-    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:
-        cursor.execute(sql, params, prepare=True)
-        row = cursor.fetchone()
+    with connection.wrap_database_errors:
+        hot.execute(sql, params, prepare=True)
+        row = hot.fetchone()
     if connection.queries_logged:
         connection.queries_log.append(
             {"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
