@@ -10,8 +10,8 @@ Each knob can be overridden by an environment variable (GRANIAN_WORKERS=4 …); 
 Why granian, and these values:
 - HTTP parsing, keep-alive and socket I/O run in Rust, outside the GIL; a request reaches Python
   once, in one of the worker's blocking threads. Measured side by side against gunicorn's
-  gthread workers (bench/peers.py, same machine, same rounds, three runs), an HTTP replay costs
-  13–26 % less CPU across all processes and granian serves 1.23–1.29× the replays per
+  gthread workers (bench/peers.py, same machine, same rounds, five runs), an HTTP replay costs
+  13–30 % less CPU across all processes and granian serves 1.1–1.6× the replays per
   second: gthread's main thread hands every request to a pool thread and back, and those
   thread switches were a fifth of its worker's CPU (perf).
 - workers = CPU cores, blocking threads = 4: the work between waits is Python (one core per
