@@ -127,8 +127,17 @@ def join(base_url: str, url: str) -> str:
 
 @cache
 def _tls_context() -> ssl.SSLContext:
-    # The system's trust store with hostname checking (ssl's defaults for a client).
-    return ssl.create_default_context()
+    """ssl's client defaults (hostname checked, certificate verified) with the system's trust
+    store, which SSL_CERT_FILE / SSL_CERT_DIR override; where the system has none (a slim
+    image without ca-certificates), certifi's bundle, as httpx used."""
+    context = ssl.create_default_context()
+    if not context.cert_store_stats()["x509_ca"]:
+        try:
+            import certifi
+        except ImportError:
+            return context
+        context.load_verify_locations(cafile=certifi.where())
+    return context
 
 
 class Pool:

@@ -319,3 +319,28 @@ def test_the_connector_goes_direct_when_no_proxy_applies(agent, sandbox, monkeyp
     outcome = connector.send(operation, key=operation.idempotency_key, timeout=5.0)
     assert isinstance(outcome, Confirmed)
     assert list(connector._clients.values()) == [None]  # the lean transport
+
+
+def test_the_tls_context_verifies_hostnames_and_certificates_against_a_trust_store():
+    transport._tls_context.cache_clear()
+    try:
+        context = transport._tls_context()
+        assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+        assert context.cert_store_stats()["x509_ca"] > 0
+    finally:
+        transport._tls_context.cache_clear()
+
+
+def test_an_environment_trust_store_is_the_one_used(certificate, monkeypatch):
+    """SSL_CERT_FILE names the only CA trusted: the test's own certificate is accepted."""
+    cert, key = certificate
+    served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    served.load_cert_chain(cert, key)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    monkeypatch.setenv("SSL_CERT_DIR", str(cert.parent / "none"))
+    transport._tls_context.cache_clear()
+    try:
+        with provider(keep_alive, wrap=served) as server:
+            assert post(server.url).status_code == 201
+    finally:
+        transport._tls_context.cache_clear()
