@@ -715,11 +715,10 @@ def bench(args: argparse.Namespace, raw: RawPeer, ledger: LedgerPeer,
     # A production server has been up for more than a minute: its blocking threads are started,
     # each with its database connection and prepared statements, and its connections to the
     # provider are open. Round 1 would otherwise charge that start-up to its p99.
-    for http in https.values():
-        if args.warmup:
-            ops = ids("warm", args.warmup)
-            in_threads(16, ops, http.fresh, http.connect, http.close)
-            in_threads(16, ops, http.replay, http.connect, http.close)
+    for http in https.values() if args.warmup else ():
+        ops = ids("warm", args.warmup)
+        in_threads(16, ops, http.fresh, http.connect, http.close)
+        in_threads(16, ops, http.replay, http.connect, http.close)
 
     for round_no in range(1, args.rounds + 1):
         print(f"round {round_no}/{args.rounds}", file=sys.stderr, flush=True)

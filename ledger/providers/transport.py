@@ -21,6 +21,7 @@ module's job: the connector sends those through httpx (HTTP(S)_PROXY / NO_PROXY,
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import select
 import ssl
@@ -93,8 +94,6 @@ class Response:
     content: bytes
 
     def json(self) -> Any:
-        import json
-
         return json.loads(self.content)
 
 
@@ -192,7 +191,7 @@ class Pool:
         conn.sock.settimeout(timeout)
         try:
             try:
-                conn.request(method, target, body=body, headers=dict(headers))
+                conn.request(method, target, body=body, headers=headers)
             except (http.client.InvalidURL, ValueError) as exc:
                 raise InvalidRequest(str(exc)) from exc
             except TimeoutError as exc:
@@ -216,12 +215,6 @@ class Pool:
         else:
             self._checkin(conn)
         return Response(status_code=answer.status, headers=answer.headers, content=content)
-
-    def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
 
 
 def _read_body(answer: http.client.HTTPResponse) -> bytes:

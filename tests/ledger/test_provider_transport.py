@@ -9,6 +9,7 @@ import socket
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -87,6 +88,13 @@ class Provider:
             body += conn.recv(65536)
         self.requests.append(data)
         return data
+
+    def wait_until_served(self, connections: int, timeout: float = 10.0) -> None:
+        """Until `connections` connections were accepted and each one's handler has returned."""
+        deadline = time.monotonic() + timeout
+        while len(self._threads) < connections or any(t.is_alive() for t in self._threads):
+            assert time.monotonic() < deadline, "the provider is still serving"
+            time.sleep(0.01)
 
     def close(self) -> None:
         self._stop.set()
@@ -232,9 +240,7 @@ def test_a_connection_the_provider_closed_while_idle_is_replaced_not_an_unknown_
 
     with provider(one_then_idle_close) as server:
         first = post(server.url)
-        deadline = threading.Event()
-        while len(server._threads) < 1 or server._threads[0].is_alive():
-            deadline.wait(0.01)  # until the provider has closed its side
+        server.wait_until_served(1)  # the provider has closed its side
         second = post(server.url)
     assert (first.status_code, second.status_code) == (201, 201)
     assert server.connections == 2 and len(server.requests) == 2
@@ -264,10 +270,15 @@ def certificate(tmp_path: Path) -> tuple[Path, Path]:
     return cert, key
 
 
-def test_an_untrusted_certificate_is_refused_before_anything_is_sent(certificate):
-    cert, key = certificate
+def serving_context(cert: Path, key: Path) -> ssl.SSLContext:
     served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     served.load_cert_chain(cert, key)
+    return served
+
+
+def test_an_untrusted_certificate_is_refused_before_anything_is_sent(certificate):
+    cert, key = certificate
+    served = serving_context(cert, key)
     with provider(keep_alive, wrap=served) as server:
         outcome = outcome_of(lambda: post(server.url))
     assert outcome == NotSent(error_class="transport.ConnectError")
@@ -276,8 +287,7 @@ def test_an_untrusted_certificate_is_refused_before_anything_is_sent(certificate
 
 def test_a_trusted_certificate_carries_the_request(certificate, monkeypatch):
     cert, key = certificate
-    served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    served.load_cert_chain(cert, key)
+    served = serving_context(cert, key)
     trusting = ssl.create_default_context(cafile=str(cert))
     monkeypatch.setattr(transport, "_tls_context", lambda: trusting)
     with provider(keep_alive, wrap=served) as server:
@@ -334,8 +344,7 @@ def test_the_tls_context_verifies_hostnames_and_certificates_against_a_trust_sto
 def test_an_environment_trust_store_is_the_one_used(certificate, monkeypatch):
     """SSL_CERT_FILE names the only CA trusted: the test's own certificate is accepted."""
     cert, key = certificate
-    served = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    served.load_cert_chain(cert, key)
+    served = serving_context(cert, key)
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))
     monkeypatch.setenv("SSL_CERT_DIR", str(cert.parent / "none"))
     transport._tls_context.cache_clear()
