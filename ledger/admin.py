@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+import json
 from typing import cast
 
 from django.contrib import admin, messages
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
+from django.utils.html import format_html
 
-from ledger import auth, transitions, webhooks
+from ledger import auth, outbox, transitions, webhooks
 from ledger.models import (
     AgentCredential,
     Namespace,
@@ -213,6 +215,18 @@ class WebhookEventAdmin(_ReadOnlyAdmin):
     list_select_related = ["operation", "agent"]
     inlines = [WebhookDeliveryInline]
     actions = ["redeliver"]
+    # The body as every delivery sends it, whether the row holds it rendered or as the
+    # operation's snapshot (ledger.outbox.event_payload).
+    exclude = ["payload", "operation_snapshot"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: object = None) -> list[str]:
+        return [*(name for name in super().get_readonly_fields(request, obj)
+                  if name not in self.exclude), "body"]
+
+    @admin.display(description="Body sent")
+    def body(self, obj: WebhookEvent) -> str:
+        text = json.dumps(outbox.event_payload(obj), indent=2, ensure_ascii=False)
+        return format_html("<pre>{}</pre>", text)
 
     def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return request.method in ("GET", "HEAD") and super().has_change_permission(request, obj)

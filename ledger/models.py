@@ -342,7 +342,11 @@ class WebhookEndpoint(models.Model):
 class WebhookEvent(AppendOnlyModel):
     """The outbox: one row per outcome-level change, written in the transaction of the change.
 
-    `payload` is the exact body sent (type, timestamp and the operation resource as it was).
+    The body sent is the event's type, its timestamp and the operation resource as the change
+    left the operation: rendered when the row is written (`payload`), or, for a claim's first
+    outcome (ledger.outbox.outbox_first_outcome_sql), kept as the operation row itself
+    (`operation_snapshot`, which the statement that made the change writes) and rendered from
+    it by the resource's one renderer when it is read (ledger.outbox.event_payload).
     """
 
     append_only_label = "Webhook events"
@@ -366,13 +370,20 @@ class WebhookEvent(AppendOnlyModel):
                                            on_delete=models.PROTECT,
                                            related_name="webhook_event")
     type = models.CharField(max_length=40, choices=Type.choices)
-    payload = models.JSONField()
+    payload = models.JSONField(null=True, blank=True)
+    # The operation's columns as the change left them, without its params (kept out of the
+    # outbox, as they are out of the resource: retention redacts them on the operation).
+    operation_snapshot = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
         ordering = ["created_at", "id"]
         constraints = [
             models.UniqueConstraint(fields=["event_id"], name="webhook_event_id_uniq"),
+            models.CheckConstraint(
+                condition=models.Q(payload__isnull=False)
+                | models.Q(operation_snapshot__isnull=False),
+                name="webhook_event_has_body"),
         ]
 
     def __str__(self) -> str:

@@ -17,7 +17,6 @@ from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
-from psycopg.types.json import Jsonb
 from rest_framework.renderers import JSONRenderer
 
 from ledger import dispatch, rows, serializers
@@ -87,6 +86,42 @@ def outbox_enqueue(delivery_pks: Iterable[int]) -> None:
         dispatch.enqueue_on_commit("deliver_webhook", pk)
 
 
+def event_payload(event: WebhookEvent) -> dict[str, Any]:
+    """The body of the event: its payload as rendered when it was written, or, for a claim's
+    first outcome, rendered now from the operation as that change left it (its snapshot). The
+    same snapshot and settings render the same body, so every attempt sends the same bytes."""
+    if event.payload is not None:
+        payload: dict[str, Any] = event.payload
+        return payload
+    if event.operation_snapshot is None:
+        raise ValueError(f"webhook event {event.event_id} has neither payload nor snapshot")
+    return _payload(operation_from_snapshot(event.operation_snapshot), event.type,
+                    event.created_at)
+
+
+# The operation's columns the snapshot leaves out: its params, which the resource never shows
+# and retention redacts on the operation (ledger.retention).
+SNAPSHOT_OMITS = ("intent_params", "params")
+
+
+def operation_from_snapshot(snapshot: dict[str, Any]) -> Operation:
+    """The operation a snapshot (to_jsonb of its row, less SNAPSHOT_OMITS) records, each column
+    converted by its field as a form value would be; the omitted params are empty. It is a first
+    outcome's operation, created by that claim: it has no reconciliation case."""
+    values = []
+    for field in Operation._meta.concrete_fields:
+        if field.column in SNAPSHOT_OMITS:
+            values.append({})
+            continue
+        value = snapshot[field.column]
+        values.append(None if value is None else field.to_python(value))
+    operation = Operation.from_db(None, None, values)  # type: ignore[arg-type]
+    for rel in Operation._meta.related_objects:
+        if rel.one_to_one:
+            rel.set_cached_value(operation, None)
+    return operation
+
+
 def _payload(operation: Operation, event_type: str, now: dt.datetime) -> dict[str, Any]:
     payload: dict[str, Any] = json.loads(_payload_json(operation, event_type, now))
     return payload
@@ -109,19 +144,18 @@ def outbox_first_outcome_sql(*, operation: Operation, operation_source: str, eve
     (transitions._finish_new on PostgreSQL: one statement, one commit).
 
     The operation was created by that claim, so it was never unknown: the event is
-    operation.succeeded or operation.failed, and its payload is `operation` as the statement
-    leaves it (no case). `operation_source` and `event_source` name the CTEs returning the
-    moved operation's and its event's "id"; nothing is written unless both returned a row.
-    Returns `we AS (…), dl AS (…)`: the event, and one delivery per active endpoint of the
-    agent (DELIVERIES_CTE, RETURNING their ids for outbox_enqueue)."""
+    operation.succeeded or operation.failed. Its body is not rendered here: the event keeps the
+    operation row as the statement leaves it (`operation_source` returns the whole row), which
+    event_payload renders when the event is read — the rendering is the largest part of an
+    action's CPU, and the database takes the snapshot in one call. `operation_source` and
+    `event_source` name the CTEs returning the moved operation and its event's "id"; nothing is
+    written unless both returned a row. Returns `we AS (…), dl AS (…)`: the event, and one
+    delivery per active endpoint of the agent (DELIVERIES_CTE, RETURNING their ids for
+    outbox_enqueue)."""
     event_type = _first_outcome_type(operation.status)
     sql, event_fields, delivery_fields = _first_outcome_sql(operation_source, event_source)
-    # The payload goes out as the JSON text rendered once, not rendered, parsed back and
-    # encoded again (jsonb stores the same value either way).
-    payload = Jsonb(_payload_json(operation, event_type, now), dumps=_as_is)
     event_values = {"event_id": WebhookEvent._meta.get_field("event_id").get_default(),
-                    "agent_id": operation.agent_id, "type": event_type,
-                    "payload": payload, "created_at": now}
+                    "agent_id": operation.agent_id, "type": event_type, "created_at": now}
     delivery_values = {f.attname: f.get_default() for f in delivery_fields} | {
         "next_attempt_at": now, "created_at": now}
     params = [*rows.insert_params_for(event_fields, event_values),
@@ -130,22 +164,22 @@ def outbox_first_outcome_sql(*, operation: Operation, operation_source: str, eve
     return sql, params
 
 
-def _as_is(text: str) -> str:
-    return text
-
-
 @cache
 def _first_outcome_sql(operation_source: str, event_source: str,
                        ) -> tuple[str, tuple[Any, ...], tuple[Any, ...]]:
+    body = {"payload", "operation_snapshot"}
     event_fields = tuple(f for f in rows.insert_fields(WebhookEvent)
-                         if f.name not in {"operation", "operation_event"})
+                         if f.name not in {"operation", "operation_event", *body})
     delivery_fields = tuple(f for f in rows.insert_fields(WebhookDelivery)
                             if f.name not in {"event", "endpoint"})
     endpoints = WebhookEndpoint._meta
+    omits = "".join(f" - '{column}'" for column in SNAPSHOT_OMITS)
     sql = (
         f'we AS (INSERT INTO "{WebhookEvent._meta.db_table}" '
-        f'("operation_id", "operation_event_id", {rows.column_list(event_fields)}) '
+        f'("operation_id", "operation_event_id", "operation_snapshot", '
+        f'{rows.column_list(event_fields)}) '
         f'SELECT {operation_source}."id", {event_source}."id", '
+        f'to_jsonb({operation_source}.*){omits}, '
         f'{rows.placeholders(len(event_fields))} FROM {operation_source} '
         f'CROSS JOIN {event_source} RETURNING "id"), '
         f'{DELIVERIES_CTE} AS (INSERT INTO "{WebhookDelivery._meta.db_table}" '

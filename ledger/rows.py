@@ -20,6 +20,7 @@ from django.db import connections, models
 from django.db.models import Field, Model
 
 ONLY_EXPLICIT = 2**31 - 1
+HOT_CURSORS = 32
 
 
 def fetchone(sql: str, params: Sequence[Any], alias: str = "default") -> tuple[Any, ...] | None:
@@ -45,16 +46,27 @@ def fetchone(sql: str, params: Sequence[Any], alias: str = "default") -> tuple[A
         # Django opens connections with preparation off; allow it for explicit prepare=True
         # only (Django's own client-side cursors are never prepared).
         raw.prepare_threshold = ONLY_EXPLICIT
-    # One cursor per connection, kept: a new one per statement costs its set-up and the
-    # lookup of a dumper for every parameter type again.
-    hot: psycopg.Cursor[Any] | None = getattr(connection, "_ledger_hot_cursor", None)
-    if hot is None or hot.connection is not raw or hot.closed:
-        hot = psycopg.Cursor(raw)
-        connection._ledger_hot_cursor = hot  # type: ignore[attr-defined]
+    # One cursor per statement text and connection, kept: psycopg keeps a cursor's adaptation
+    # context (a dumper for every parameter type, a loader for every column type) only while it
+    # executes the same query object again, so one cursor taking turns between the hot path's
+    # statements would look all of them up again for every statement.
+    hot: dict[str, tuple[str, psycopg.Cursor[Any]]] | None = getattr(
+        connection, "_ledger_hot_cursors", None)
+    if hot is None or getattr(connection, "_ledger_hot_raw", None) is not raw:
+        hot = connection._ledger_hot_cursors = {}  # type: ignore[attr-defined]
+        connection._ledger_hot_raw = raw  # type: ignore[attr-defined]
+    entry = hot.get(sql)
+    if entry is None or entry[1].closed:
+        if len(hot) >= HOT_CURSORS:  # the hot path has a handful of statements: a safety net
+            for _, cursor in hot.values():
+                cursor.close()
+            hot.clear()
+        entry = hot[sql] = (sql, psycopg.Cursor(raw))
+    sql, cursor = entry  # the text this cursor ran last time: the same object, as psycopg asks
     started = time.monotonic()
     with connection.wrap_database_errors:
-        hot.execute(sql, params, prepare=True)
-        row = hot.fetchone()
+        cursor.execute(sql, params, prepare=True)
+        row = cursor.fetchone()
     if connection.queries_logged:
         connection.queries_log.append(
             {"sql": sql, "time": f"{time.monotonic() - started:.3f}"})
@@ -73,11 +85,19 @@ def insert_fields(model: type[Model]) -> tuple[Field[Any, Any], ...]:
 
 
 def insert_params_for(fields: Sequence[Field[Any, Any]], values: Mapping[str, Any],
-                      alias: str = "default") -> list[Any]:
-    """Parameters for these fields from values keyed by attname (every field must be there)."""
-    connection = connections[alias]
+                      alias: str = "default", connection: Any = None) -> list[Any]:
+    """Parameters for these fields from values keyed by attname (every field must be there).
+    `connection`: the caller's connections[alias], when it has looked it up already."""
+    connection = connection or connections[alias]
     return [prep(values[attname], connection)
             for attname, prep in _preppers(fields, connection.vendor)]
+
+
+def params_for(fields: Sequence[Field[Any, Any]], values: Sequence[Any], connection: Any,
+               ) -> list[Any]:
+    """Parameters for these fields from their values in the same order."""
+    return [prep(value, connection) for (_, prep), value
+            in zip(_preppers(fields, connection.vendor), values, strict=True)]
 
 
 # (attname, prep_save) per field, for field sequences the hot path passes again and again

@@ -264,15 +264,16 @@ def _event_fields() -> tuple[Any, ...]:
     return tuple(f for f in rows.insert_fields(OperationEvent) if f is not fk)
 
 
-def _event_select(source: str, events: Sequence[_EventRow], now: dt.datetime, *,
-                  returning: bool = False) -> tuple[str, list[Any]]:
+def _event_select(source: str, events: Sequence[_EventRow], now: dt.datetime,
+                  conn: Any = None, *, returning: bool = False) -> tuple[str, list[Any]]:
     """`INSERT INTO events … SELECT <source>.id, v.* FROM <source> CROSS JOIN (VALUES …)`, the
     events numbered so their ids follow their order."""
+    conn = conn or connections[DEFAULT_DB_ALIAS]
     fields = _event_fields()
     params: list[Any] = []
     for n, event in enumerate(events):
         params.append(n)
-        params.extend(rows.insert_params_for(fields, event.values(now)))
+        params.extend(rows.insert_params_for(fields, event.values(now), connection=conn))
     return _event_select_sql(source, len(events), returning), params
 
 
@@ -291,17 +292,35 @@ def _event_select_sql(source: str, count: int, returning: bool) -> str:
     )
 
 
+@dataclass(frozen=True)
+class _InsertPlan:
+    """How a row given these attnames is inserted and read back, worked out once per set."""
+
+    fields: tuple[Field[Any, Any], ...]  # the INSERT's columns, in order
+    sql: str  # its INSERT … ON CONFLICT DO NOTHING RETURNING "id"
+    # Per column: its attname, or None when the value is the field's default (not given).
+    given: tuple[str | None, ...]
+    # Per concrete field of the model, in order: -1 for the primary key (from RETURNING), the
+    # position of its value among the columns, or None (a database default: left to it).
+    model_order: tuple[int | None, ...]
+
+
 @cache
-def _insert_sql(given: frozenset[str]) -> tuple[tuple[Field[Any, Any], ...], str]:
+def _insert_plan(given: frozenset[str]) -> _InsertPlan:
     """The operation's columns for a row given these attnames (a column with a database
     default and no value given is left to the database), and its INSERT … ON CONFLICT."""
     fields = tuple(f for f in rows.insert_fields(Operation)
                    if f.attname in given or not f.has_db_default())
-    return fields, (
-        f'INSERT INTO "{Operation._meta.db_table}" ({rows.column_list(fields)}) '
-        f'VALUES ({rows.placeholders(len(fields))}) '
-        f'ON CONFLICT ("namespace_id", "operation_id") DO NOTHING '
-        f'RETURNING "id"'
+    position = {f.attname: n for n, f in enumerate(fields)}
+    return _InsertPlan(
+        fields=fields,
+        sql=(f'INSERT INTO "{Operation._meta.db_table}" ({rows.column_list(fields)}) '
+             f'VALUES ({rows.placeholders(len(fields))}) '
+             f'ON CONFLICT ("namespace_id", "operation_id") DO NOTHING '
+             f'RETURNING "id"'),
+        given=tuple(f.attname if f.attname in given else None for f in fields),
+        model_order=tuple(-1 if f.primary_key else position.get(f.attname)
+                          for f in Operation._meta.concrete_fields),
     )
 
 
@@ -312,18 +331,19 @@ def _insert_new(row: dict[str, Any], events: Sequence[_EventRow], *, now: dt.dat
     row.setdefault("created_at", now)
     row.setdefault("updated_at", now)
     conn = connections[DEFAULT_DB_ALIAS]  # what `connection` resolves to, looked up once
-    fields, insert = _insert_sql(frozenset(row))
-    full = {f.attname: row[f.attname] if f.attname in row else f.get_default() for f in fields}
-    params = rows.insert_params_for(fields, full)
+    plan = _insert_plan(frozenset(row))
+    fields = plan.fields
+    values = [row[name] if name is not None else field.get_default()
+              for name, field in zip(plan.given, fields, strict=True)]
+    params = rows.params_for(fields, values, conn)
     if conn.vendor == "postgresql" and not conn.in_atomic_block:
         # One statement, one commit: the row, and its events only if the row was inserted.
         # (Recording and claiming are not outcomes: no webhook is due.)
-        events_sql, events_params = _event_select("ins", events, now)
-        inserted = rows.fetchone(f'WITH ins AS ({insert}), ev AS ({events_sql}) '
-                                 f'SELECT "id" FROM ins', [*params, *events_params])
+        events_sql, events_params = _event_select("ins", events, now, conn)
+        inserted = rows.fetchone(_with_events(plan.sql, events_sql), [*params, *events_params])
     else:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(insert, params)
+            cursor.execute(plan.sql, params)
             inserted = cursor.fetchone()
             if inserted is not None:
                 OperationEvent.objects.bulk_create([
@@ -335,8 +355,8 @@ def _insert_new(row: dict[str, Any], events: Sequence[_EventRow], *, now: dt.dat
     # Positional, in column order, as the ORM builds a row it read (keyword arguments cost
     # Model.__init__ a lookup per field); a column left to its database default keeps it.
     operation = Operation.from_db(conn.alias, None, [  # type: ignore[arg-type]
-        inserted[0] if f.primary_key else full[f.attname] if f.attname in full
-        else f.get_default() for f in Operation._meta.concrete_fields])
+        inserted[0] if at == -1 else field.get_default() if at is None else values[at]
+        for at, field in zip(plan.model_order, Operation._meta.concrete_fields, strict=True)])
     # Created just now: no reconciliation case can exist, so the resource need not ask.
     for rel in Operation._meta.related_objects:
         if rel.one_to_one:
@@ -405,32 +425,43 @@ def _finish_new(
                                                     **event.values(now))
             _announce(operation, written)
         return operation
-    sets: list[str] = []
     params: list[Any] = []
     for name, value in values.items():
-        column, prep = _column_prep(name, conn.vendor)
-        sets.append(f'"{column}" = %s')
-        params.append(prep(value, conn))
+        params.append(_column_prep(name, conn.vendor)[1](value, conn))
     params += [operation.pk, fencing_token]
-    events_sql, events_params = _event_select("moved", [event], now, returning=True)
-    # The webhook's payload is the operation as this statement leaves it.
+    events_sql, events_params = _event_select("moved", [event], now, conn, returning=True)
+    # The caller's copy becomes the operation as this statement leaves it (restored if the
+    # statement matched nothing); the webhook event snapshots the row the UPDATE returns.
     before = {name: getattr(operation, name) for name in values}
     for name, value in values.items():
         setattr(operation, name, value)
     outbox_sql, outbox_params = outbox.outbox_first_outcome_sql(
         operation=operation, operation_source="moved", event_source="ev", now=now)
-    row = rows.fetchone(
-        f'WITH moved AS (UPDATE "{Operation._meta.db_table}" SET {", ".join(sets)} '
-        f"WHERE \"id\" = %s AND \"status\" = 'in_flight' AND \"fencing_token\" = %s "
-        f'RETURNING "id"), ev AS ({events_sql}), {outbox_sql} '
-        f'SELECT (SELECT "id" FROM moved), ARRAY(SELECT "id" FROM {outbox.DELIVERIES_CTE})',
-        [*params, *events_params, *outbox_params])
+    row = rows.fetchone(_finish_sql(tuple(values), events_sql, outbox_sql),
+                        [*params, *events_params, *outbox_params])
     if row is None or row[0] is None:
         for name, value in before.items():
             setattr(operation, name, value)
         return None
     outbox.outbox_enqueue(row[1])
     return operation
+
+
+@cache
+def _finish_sql(names: tuple[str, ...], events_sql: str, outbox_sql: str) -> str:
+    """_finish_new's statement for these operation fields (built once per set of names)."""
+    sets = ", ".join(f'"{Operation._meta.get_field(name).column}" = %s' for name in names)
+    return (
+        f'WITH moved AS (UPDATE "{Operation._meta.db_table}" SET {sets} '
+        f"WHERE \"id\" = %s AND \"status\" = 'in_flight' AND \"fencing_token\" = %s "
+        f'RETURNING *), ev AS ({events_sql}), {outbox_sql} '
+        f'SELECT (SELECT "id" FROM moved), ARRAY(SELECT "id" FROM {outbox.DELIVERIES_CTE})')
+
+
+@cache
+def _with_events(insert_sql: str, events_sql: str) -> str:
+    """_insert_new's statement: the row, and its events only if the row was inserted."""
+    return f'WITH ins AS ({insert_sql}), ev AS ({events_sql}) SELECT "id" FROM ins'
 
 
 def operation_claim(

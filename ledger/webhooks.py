@@ -31,7 +31,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from ledger import dispatch
+from ledger import dispatch, outbox
 from ledger.models import (
     AgentCredential,
     WebhookAttempt,
@@ -163,7 +163,7 @@ def post(delivery: WebhookDelivery) -> AttemptResult:
     event, endpoint = delivery.event, delivery.endpoint
     now = timezone.now()
     timestamp = int(now.timestamp())
-    body = body_bytes(event.payload)
+    body = body_bytes(outbox.event_payload(event))
     headers = {
         "content-type": "application/json",
         "user-agent": "agent-ledger-webhooks/1",

@@ -22,6 +22,7 @@ from unittest import mock
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from ledger import executor, outbox, serializers, versions, webhooks
 from ledger.auth import agent_revoke, credential_cache
@@ -362,17 +363,20 @@ def test_a_fresh_outcome_writes_its_webhook_event_and_deliveries(api, sandbox, e
     assert event.type == "operation.succeeded" and event.operation_id == operation.pk
     assert event.event_id.startswith("evt_")
     assert event.operation_event == operation.events.get(to_status="succeeded")
+    payload = outbox.event_payload(event)
     urls = {"url", "status_url"}  # relative in the payload unless LEDGER_PUBLIC_BASE_URL is set
-    assert ({k: v for k, v in event.payload["data"].items() if k not in urls}
+    assert ({k: v for k, v in payload["data"].items() if k not in urls}
             == {k: v for k, v in response.json().items() if k not in urls})
-    assert event.payload["data"]["status"] == "succeeded"
-    # The payload (on PostgreSQL sent as JSON text rendered once) is what the general path
-    # stores: the type, when, and the operation as the change left it.
-    assert set(event.payload) == {"type", "timestamp", "data"}
-    assert event.payload["type"] == "operation.succeeded"
-    assert event.payload["data"] == outbox.operation_resource(operation)
+    assert payload["data"]["status"] == "succeeded"
+    # The body (on PostgreSQL rendered from the row the statement left) is what the general
+    # path stores: the type, when, and the operation as the change left it.
+    assert set(payload) == {"type", "timestamp", "data"}
+    assert payload["type"] == "operation.succeeded"
+    assert payload["data"] == outbox.operation_resource(operation)
     if connection.vendor == "postgresql":  # one statement wrote both, with one `now`
-        assert event.payload["timestamp"] == serializers.iso_datetime(event.created_at)
+        assert payload["timestamp"] == serializers.iso_datetime(event.created_at)
+        assert event.payload is None
+        assert not set(outbox.SNAPSHOT_OMITS) & set(event.operation_snapshot)
     assert list(WebhookDelivery.objects.values_list("endpoint_id", "status", "attempts")) == [
         (endpoint.pk, "pending", 0)]
     if connection.vendor == "postgresql":
@@ -388,6 +392,41 @@ def test_a_rejected_fresh_outcome_announces_operation_failed(api, sandbox, endpo
     assert api.post("/api/v1/operations", body, format="json").json()["status"] == "failed"
     assert list(WebhookEvent.objects.values_list("type", flat=True)) == ["operation.failed"]
     assert WebhookDelivery.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_first_outcomes_body_is_the_operation_as_that_change_left_it(
+        api, sandbox, endpoint, client, django_user_model):
+    """On PostgreSQL the statement that writes the outcome keeps the row it left (less its
+    params) and the body is rendered from it when read: every column comes back as stored, and a
+    later change to the operation does not change what the event says."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the one-statement outcome (and its snapshot) is PostgreSQL's")
+    warm(api)
+    assert api.post("/api/v1/operations", submit_body(), format="json").status_code == 201
+    operation = Operation.objects.get(operation_id=OPERATION_ID)
+    event = WebhookEvent.objects.get()
+    assert event.payload is None
+    assert set(event.operation_snapshot) == {
+        f.column for f in Operation._meta.concrete_fields} - set(outbox.SNAPSHOT_OMITS)
+    kept = outbox.operation_from_snapshot(event.operation_snapshot)
+    for field in Operation._meta.concrete_fields:
+        if field.column not in outbox.SNAPSHOT_OMITS:
+            assert getattr(kept, field.attname) == getattr(operation, field.attname), field.name
+    as_left = outbox.operation_resource(operation)
+
+    Operation.objects.filter(pk=operation.pk).update(subject="changed later",
+                                                     updated_at=timezone.now())
+
+    payload = outbox.event_payload(WebhookEvent.objects.get())
+    assert payload["data"] == as_left and payload["data"]["subject"] != "changed later"
+    assert WebhookEvent.objects.get().payload is None  # read, never rewritten (append-only)
+    # Staff see the body as it is sent, not the snapshot.
+    client.force_login(django_user_model.objects.create_superuser("ops", "o@example.com", "pw"))
+    page = client.get(f"/admin/ledger/webhookevent/{event.pk}/change/").content.decode()
+    assert "Body sent" in page and "&quot;operation.succeeded&quot;" in page
+    assert f"&quot;status_url&quot;: &quot;{as_left['status_url']}&quot;" in page
+    assert "changed later" not in page and "lease_owner" not in page  # never the snapshot
 
 
 @pytest.mark.django_db(transaction=True)

@@ -18,7 +18,7 @@ from django.utils import timezone
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from config.celery import app as celery_app
-from ledger import executor, transitions, webhooks
+from ledger import executor, outbox, transitions, webhooks
 from ledger.models import (
     Operation,
     WebhookAttempt,
@@ -88,9 +88,9 @@ def test_an_outcome_writes_its_event_and_a_delivery_per_active_endpoint(api, age
     assert event.type == "operation.succeeded" and event.operation == operation
     assert event.event_id.startswith("evt_")
     assert event.operation_event.to_status == S.SUCCEEDED
-    assert event.payload["type"] == "operation.succeeded"
-    assert event.payload["data"]["operation_id"] == OP
-    assert event.payload["data"]["status"] == "succeeded"
+    assert outbox.event_payload(event)["type"] == "operation.succeeded"
+    assert outbox.event_payload(event)["data"]["operation_id"] == OP
+    assert outbox.event_payload(event)["data"]["status"] == "succeeded"
     assert [d.endpoint for d in WebhookDelivery.objects.all()] == [endpoint[0]]
 
 
@@ -139,7 +139,7 @@ def test_the_event_catalogue_follows_an_operation_through_review(
     events = list(WebhookEvent.objects.order_by("id"))
     assert [e.type for e in events] == ["operation.unknown", "operation.awaiting_review",
                                         "operation.resolved"]
-    unknown, review, resolved = (e.payload["data"] for e in events)
+    unknown, review, resolved = (outbox.event_payload(e)["data"] for e in events)
     assert unknown["status"] == "unknown" and unknown["reconciliation"]["state"] == "checking"
     assert review["reconciliation"]["state"] == "awaiting_review"
     assert resolved["status"] == "succeeded"
@@ -176,7 +176,7 @@ def test_delivery_is_signed_so_a_standard_webhooks_verifier_accepts_it(
 
     [received] = receiver.received
     payload = verify(secret, received)
-    assert payload == delivery.event.payload
+    assert payload == outbox.event_payload(delivery.event)
     assert received.headers["webhook-id"] == delivery.event.event_id
     assert received.headers["webhook-signature"].startswith("v1,")
     assert secret.startswith("whsec_")
