@@ -108,12 +108,13 @@ def operation_from_snapshot(snapshot: dict[str, Any]) -> Operation:
     """The operation a snapshot (to_jsonb of its row, less SNAPSHOT_OMITS) records, each column
     converted by its field as a form value would be; the omitted params are empty. It is a first
     outcome's operation, created by that claim: it has no reconciliation case."""
-    values = []
+    values: list[Any] = []
     for field in Operation._meta.concrete_fields:
-        if field.column in SNAPSHOT_OMITS:
+        column = str(field.column)
+        if column in SNAPSHOT_OMITS:
             values.append({})
             continue
-        value = snapshot[field.column]
+        value = snapshot[column]
         values.append(None if value is None else field.to_python(value))
     operation = Operation.from_db(None, None, values)  # type: ignore[arg-type]
     for rel in Operation._meta.related_objects:

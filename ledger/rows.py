@@ -58,15 +58,15 @@ def fetchone(sql: str, params: Sequence[Any], alias: str = "default") -> tuple[A
     entry = hot.get(sql)
     if entry is None or entry[1].closed:
         if len(hot) >= HOT_CURSORS:  # the hot path has a handful of statements: a safety net
-            for _, cursor in hot.values():
-                cursor.close()
+            for _, stale in hot.values():
+                stale.close()
             hot.clear()
         entry = hot[sql] = (sql, psycopg.Cursor(raw))
-    sql, cursor = entry  # the text this cursor ran last time: the same object, as psycopg asks
+    sql, kept = entry  # the text this cursor ran last time: the same object, as psycopg asks
     started = time.monotonic()
     with connection.wrap_database_errors:
-        cursor.execute(sql, params, prepare=True)
-        row = cursor.fetchone()
+        kept.execute(sql, params, prepare=True)
+        row = kept.fetchone()
     if connection.queries_logged:
         connection.queries_log.append(
             {"sql": sql, "time": f"{time.monotonic() - started:.3f}"})

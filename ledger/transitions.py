@@ -450,7 +450,7 @@ def _finish_new(
 @cache
 def _finish_sql(names: tuple[str, ...], events_sql: str, outbox_sql: str) -> str:
     """_finish_new's statement for these operation fields (built once per set of names)."""
-    sets = ", ".join(f'"{Operation._meta.get_field(name).column}" = %s' for name in names)
+    sets = ", ".join(f'"{_column_prep(name, "postgresql")[0]}" = %s' for name in names)
     return (
         f'WITH moved AS (UPDATE "{Operation._meta.db_table}" SET {sets} '
         f"WHERE \"id\" = %s AND \"status\" = 'in_flight' AND \"fencing_token\" = %s "

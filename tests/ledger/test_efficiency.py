@@ -410,9 +410,9 @@ def test_a_first_outcomes_body_is_the_operation_as_that_change_left_it(
     assert set(event.operation_snapshot) == {
         f.column for f in Operation._meta.concrete_fields} - set(outbox.SNAPSHOT_OMITS)
     kept = outbox.operation_from_snapshot(event.operation_snapshot)
-    for field in Operation._meta.concrete_fields:
-        if field.column not in outbox.SNAPSHOT_OMITS:
-            assert getattr(kept, field.attname) == getattr(operation, field.attname), field.name
+    for column in Operation._meta.concrete_fields:
+        if column.column not in outbox.SNAPSHOT_OMITS:
+            assert getattr(kept, column.attname) == getattr(operation, column.attname), column.name
     as_left = outbox.operation_resource(operation)
 
     Operation.objects.filter(pk=operation.pk).update(subject="changed later",
@@ -446,6 +446,44 @@ def test_a_stale_fresh_outcome_writes_no_outbox_rows(agent, sandbox, endpoint):
     assert not WebhookEvent.objects.exists() and not WebhookDelivery.objects.exists()
     assert list(operation.events.values_list("to_status", flat=True)) == ["prepared",
                                                                           "in_flight"]
+
+
+@requires_postgres
+@pytest.mark.django_db(transaction=True)
+def test_each_hot_statement_keeps_its_cursor_until_the_connection_is_replaced(
+        agent, sandbox, monkeypatch):
+    """psycopg reuses a cursor's adaptation context only for the query it ran last, so the hot
+    path keeps a cursor per statement text: the same three serve every fresh action and its
+    replay, a new connection gets new ones, and the number kept is bounded."""
+    from ledger import rows
+
+    def submit(n: int) -> executor.Disposition:
+        return executor.submit(agent=agent, operation_id=f"wf:cursors:refund-{n}:v1",
+                               tool_name="refund", params=refund_params()).disposition
+
+    assert submit(1) == executor.Disposition.CREATED
+    kept = dict(connection._ledger_hot_cursors)
+    assert len(kept) == 3  # the lookup, the insert already claimed, the fenced outcome
+    assert submit(2) == executor.Disposition.CREATED
+    assert submit(2) == executor.Disposition.REPLAYED
+    assert {sql: entry[1] for sql, entry in connection._ledger_hot_cursors.items()} == {
+        sql: entry[1] for sql, entry in kept.items()}
+
+    connection.close()
+    assert submit(3) == executor.Disposition.CREATED
+    assert connection._ledger_hot_raw is connection.connection
+    assert all(entry[1].connection is connection.connection
+               for entry in connection._ledger_hot_cursors.values())
+    assert not {id(e[1]) for e in kept.values()} & {
+        id(e[1]) for e in connection._ledger_hot_cursors.values()}
+
+    monkeypatch.setattr(rows, "HOT_CURSORS", 2)
+    connection.close()
+    assert submit(4) == executor.Disposition.CREATED
+    assert submit(4) == executor.Disposition.REPLAYED
+    assert len(connection._ledger_hot_cursors) <= 2
+    assert Operation.objects.filter(operation_id__startswith="wf:cursors:",
+                                    status="succeeded").count() == 4
 
 
 @pytest.mark.parametrize("body", [
