@@ -82,8 +82,16 @@ class Submission:
     claim: transitions.Claim | None = None
 
 
+_worker: tuple[int, str] = (0, "")
+
+
 def worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """host:pid, worked out once per process (a forked child has its own pid)."""
+    global _worker
+    pid = os.getpid()
+    if _worker[0] != pid:
+        _worker = (pid, f"{socket.gethostname()}:{pid}")
+    return _worker[1]
 
 
 def _validated(tool_name: str, params: Any, agent: AgentCredential,

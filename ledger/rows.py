@@ -145,10 +145,21 @@ def prep_save(field: Field[Any, Any], vendor: str) -> Callable[[Any, Any], Any]:
     slow = field.get_db_prep_save
     if vendor == "postgresql" and type(field) is models.JSONField:
         return _json_prep(field, slow)
+    if vendor == "postgresql" and type(field) is models.ForeignKey:
+        return _foreign_key_prep(field, slow)
     plain = _PLAIN_TYPES.get(type(field))
     if vendor != "postgresql" or plain is None:
         return slow
     kind = plain[0]
+    if kind is str:
+        # CharField/TextField.get_prep_value is to_python, which returns any str as it is (a
+        # TextChoices member included).
+        def text(value: Any, connection: Any) -> Any:
+            if value is None or isinstance(value, str):
+                return value
+            return slow(value, connection)
+
+        return text
     aware = kind is dt.datetime  # a naive datetime takes the slow path (and its warning)
     # Integers go out typed (psycopg's Int2/Int4/Int8), as Django's PostgreSQL backend sends
     # them: connection.ops.integerfield_type_map by the column's internal type.
@@ -160,6 +171,22 @@ def prep_save(field: Field[Any, Any], vendor: str) -> Callable[[Any, Any], Any]:
         if type(value) is kind and not (aware and value.tzinfo is None):
             if integer is not None:
                 return connection.ops.integerfield_type_map[integer](value)
+            return value
+        return slow(value, connection)
+
+    return fast
+
+
+def _foreign_key_prep(field: models.ForeignKey[Any, Any], slow: Callable[[Any, Any], Any],
+                      ) -> Callable[[Any, Any], Any]:
+    """A foreign key on PostgreSQL whose target is an auto primary key: an int goes out as the
+    target's get_db_prep_save sends it (as it is); anything else takes get_db_prep_save."""
+    if not isinstance(field.target_field, models.AutoField | models.BigAutoField
+                      | models.SmallAutoField):
+        return slow
+
+    def fast(value: Any, connection: Any) -> Any:
+        if type(value) is int:
             return value
         return slow(value, connection)
 

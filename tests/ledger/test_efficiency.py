@@ -603,7 +603,7 @@ def test_the_hot_paths_parameter_shortcut_agrees_with_get_db_prep_save(api, sand
                                           WebhookDelivery}
     awkward = [None, dt.datetime(2026, 11, 30, 12, 0), True, "7", 7, "text",
                dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC), {"a": [1, "b"]}, [{"c": None}],
-               [], {}]
+               [], {}, Operation.Status.SUCCEEDED, Operation.Execution.CLIENT]
     checked = 0
     for sample in samples:
         for column in type(sample)._meta.concrete_fields:
