@@ -1,6 +1,6 @@
 """The ledger against its peers, side by side, interleaved in rounds (issue 10).
 
-    .venv/bin/python bench/peers.py [--rounds 5] [--ops 200] [--http-ops 400]
+    .venv/bin/python bench/peers.py [--rounds 5] [--ops 500] [--http-ops 1600]
 
 One command. It creates bench/.venv-peers (dbos 3.4 and psycopg, never the service's
 environment) on first use, two throwaway PostgreSQL databases on the server of DATABASE_URL
@@ -8,7 +8,8 @@ environment) on first use, two throwaway PostgreSQL databases on the server of D
 twice — granian with deploy/web.py (recommended) and gunicorn with deploy/gunicorn.conf.py (the
 supported alternative) — warms each web server up (--warmup N fresh and replay actions from 16
 clients, unrecorded: threads started, database and provider connections open, as on a server
-that has been up for a minute), then runs in every round, one after the other:
+that has been up for a minute) and each in-process peer likewise, then runs in every round, one
+after the other:
 
 - raw psycopg doing the ledger's statements (the lookup, the insert already claimed with its
   events, the fenced outcome with its event; a replay is the lookup), 1 and 8 threads;
@@ -597,8 +598,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--ops", type=int, default=200, help="actions per in-process run")
-    parser.add_argument("--http-ops", type=int, default=400, help="actions per HTTP run")
+    # Runs long enough that a moment of the shared machine's noise is a small part of one (a
+    # one-thread ledger run of 200 actions lasted 0.4 s).
+    parser.add_argument("--ops", type=int, default=500, help="actions per in-process run")
+    parser.add_argument("--http-ops", type=int, default=1600, help="actions per HTTP run")
     parser.add_argument("--warmup", type=int, default=400,
                         help="unrecorded fresh and replay actions each web server serves from "
                              "16 clients before the rounds, and (at most --ops of them) each "
