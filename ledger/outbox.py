@@ -19,7 +19,7 @@ from django.conf import settings
 from django.utils import timezone
 from rest_framework.renderers import JSONRenderer
 
-from ledger import dispatch, rows, serializers
+from ledger import dispatch, rows, selectors, serializers
 from ledger.models import (
     Operation,
     OperationEvent,
@@ -116,11 +116,8 @@ def operation_from_snapshot(snapshot: dict[str, Any]) -> Operation:
             continue
         value = snapshot[column]
         values.append(None if value is None else field.to_python(value))
-    operation = Operation.from_db(None, None, values)  # type: ignore[arg-type]
-    for rel in Operation._meta.related_objects:
-        if rel.one_to_one:
-            rel.set_cached_value(operation, None)
-    return operation
+    return selectors.mark_without_related(
+        Operation.from_db(None, None, values))  # type: ignore[arg-type]
 
 
 def _payload(operation: Operation, event_type: str, now: dt.datetime) -> dict[str, Any]:
@@ -168,9 +165,9 @@ def outbox_first_outcome_sql(*, operation: Operation, operation_source: str, eve
 @cache
 def _first_outcome_sql(operation_source: str, event_source: str,
                        ) -> tuple[str, tuple[Any, ...], tuple[Any, ...]]:
-    body = {"payload", "operation_snapshot"}
-    event_fields = tuple(f for f in rows.insert_fields(WebhookEvent)
-                         if f.name not in {"operation", "operation_event", *body})
+    # The operation, its event and the snapshot come from the statement's other CTEs.
+    event_fields = tuple(f for f in rows.insert_fields(WebhookEvent) if f.name not in
+                         {"operation", "operation_event", "operation_snapshot", "payload"})
     delivery_fields = tuple(f for f in rows.insert_fields(WebhookDelivery)
                             if f.name not in {"event", "endpoint"})
     endpoints = WebhookEndpoint._meta

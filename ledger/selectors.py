@@ -64,8 +64,8 @@ def operation_lookup(*, namespace_id: int, operation_id: str) -> Operation | Non
 
 
 def mark_without_related(operation: Operation) -> Operation:
-    """A row this process just created has no case yet: say so, so the resource built from it
-    does not ask the database."""
+    """A row this process just created (or a first outcome's snapshot of one) has no case: say
+    so, so the resource built from it does not ask the database."""
     for rel in _resource_relations():
         rel.set_cached_value(operation, None)
     return operation

@@ -18,7 +18,7 @@ from django.db.models import Field
 from django.dispatch import Signal
 from django.utils import timezone
 
-from ledger import outbox, rows
+from ledger import outbox, rows, selectors
 from ledger.models import AgentCredential, Operation, OperationEvent
 
 S = Operation.Status
@@ -233,9 +233,7 @@ def operation_record(
 
 
 def _existing_row(namespace_id: int, operation_id: str) -> Operation:
-    from ledger.selectors import operation_lookup
-
-    existing = operation_lookup(namespace_id=namespace_id, operation_id=operation_id)
+    existing = selectors.operation_lookup(namespace_id=namespace_id, operation_id=operation_id)
     if existing is None:  # cannot happen: the conflicting row is committed (or we waited)
         raise TransitionError(f"operation {operation_id} conflicted but is not there")
     return existing
@@ -265,10 +263,9 @@ def _event_fields() -> tuple[Any, ...]:
 
 
 def _event_select(source: str, events: Sequence[_EventRow], now: dt.datetime,
-                  conn: Any = None, *, returning: bool = False) -> tuple[str, list[Any]]:
+                  conn: Any, *, returning: bool = False) -> tuple[str, list[Any]]:
     """`INSERT INTO events … SELECT <source>.id, v.* FROM <source> CROSS JOIN (VALUES …)`, the
     events numbered so their ids follow their order."""
-    conn = conn or connections[DEFAULT_DB_ALIAS]
     fields = _event_fields()
     params: list[Any] = []
     for n, event in enumerate(events):
@@ -358,10 +355,7 @@ def _insert_new(row: dict[str, Any], events: Sequence[_EventRow], *, now: dt.dat
         inserted[0] if at == -1 else field.get_default() if at is None else values[at]
         for at, field in zip(plan.model_order, Operation._meta.concrete_fields, strict=True)])
     # Created just now: no reconciliation case can exist, so the resource need not ask.
-    for rel in Operation._meta.related_objects:
-        if rel.one_to_one:
-            rel.set_cached_value(operation, None)
-    return operation
+    return selectors.mark_without_related(operation)
 
 
 def _claim(operation: Operation, *, worker: str, lease_seconds: int, reason: str) -> Claim:

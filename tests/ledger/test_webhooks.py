@@ -88,9 +88,10 @@ def test_an_outcome_writes_its_event_and_a_delivery_per_active_endpoint(api, age
     assert event.type == "operation.succeeded" and event.operation == operation
     assert event.event_id.startswith("evt_")
     assert event.operation_event.to_status == S.SUCCEEDED
-    assert outbox.event_payload(event)["type"] == "operation.succeeded"
-    assert outbox.event_payload(event)["data"]["operation_id"] == OP
-    assert outbox.event_payload(event)["data"]["status"] == "succeeded"
+    payload = outbox.event_payload(event)
+    assert payload["type"] == "operation.succeeded"
+    assert payload["data"]["operation_id"] == OP
+    assert payload["data"]["status"] == "succeeded"
     assert [d.endpoint for d in WebhookDelivery.objects.all()] == [endpoint[0]]
 
 
